@@ -1,0 +1,15 @@
+"""Capabilities: what steps may do, each call checked against the recipe's grants."""
+
+from capabilities._base import Action, CallContext, EmptyGrant, Family, Registry
+
+__all__ = ["Action", "CallContext", "EmptyGrant", "Family", "Registry", "default_registry"]
+
+
+def default_registry() -> Registry:
+    """A registry holding every built-in capability."""
+    from capabilities import fs, shell
+
+    registry = Registry()
+    fs.register(registry)
+    shell.register(registry)
+    return registry

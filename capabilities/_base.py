@@ -1,0 +1,177 @@
+"""What a capability is: families with grants, actions with typed params and results.
+
+A *family* (`fs`, `shell`, ...) is what a recipe grants in its `capabilities:` block; its
+grant model validates that block. An *action* (`fs.read`, `shell.run`) belongs to one family
+and declares its params model, its result model and whether a call has side effects.
+"""
+
+from __future__ import annotations
+
+import inspect
+import typing
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from engine.diagnostics import did_you_mean
+from engine.errors import UsageError
+
+__all__ = [
+    "Action",
+    "CallContext",
+    "EmptyGrant",
+    "Family",
+    "Registry",
+]
+
+P = TypeVar("P", bound=BaseModel)
+
+
+class EmptyGrant(BaseModel):
+    """A grant with no settings: `name: {}` turns the family on."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+@dataclass(frozen=True)
+class CallContext:
+    """What an action is given besides its params.
+
+    Attributes:
+        grant: the family's validated grant from the recipe.
+        base_dir: the recipe file's folder; relative grant paths resolve against it.
+        timeout: seconds this call may take; the sandbox also enforces it from outside.
+        step_id: the calling step, for messages.
+    """
+
+    grant: BaseModel
+    base_dir: Path
+    timeout: float
+    step_id: str | None = None
+
+
+@dataclass(frozen=True)
+class Family:
+    """A group of actions granted together, e.g. `fs`."""
+
+    name: str
+    description: str
+    grant_model: type[BaseModel] = EmptyGrant
+
+
+@dataclass(frozen=True)
+class Action(Generic[P]):
+    """One callable action, e.g. `fs.read`.
+
+    Attributes:
+        name: `family.action`.
+        description: one line for `planloom tools` and LLM tool catalogues.
+        params_model: validates the call's params (extra keys forbidden).
+        result_model: the shape of the result, for documentation and schemas.
+        run: the implementation; returns a JSON-able value or a pydantic model.
+        side_effects: whether a call changes the world; a callable decides per call
+            (e.g. HTTP GET vs POST).
+    """
+
+    name: str
+    description: str
+    params_model: type[P]
+    run: Callable[[P, CallContext], Awaitable[Any]]
+    result_model: type[BaseModel] | None = None
+    side_effects: bool | Callable[[P], bool] = True
+
+    @property
+    def family(self) -> str:
+        return self.name.split(".", 1)[0]
+
+    def has_side_effects(self, params: P) -> bool:
+        if callable(self.side_effects):
+            return self.side_effects(params)
+        return self.side_effects
+
+
+@dataclass
+class Registry:
+    """The families and actions a run can use."""
+
+    families: dict[str, Family] = field(default_factory=dict)
+    actions: dict[str, Action[Any]] = field(default_factory=dict)
+
+    def add_family(self, family: Family) -> None:
+        self.families[family.name] = family
+
+    def add(self, action: Action[Any]) -> None:
+        if action.family not in self.families:
+            raise UsageError(
+                f"action {action.name!r} belongs to unknown family {action.family!r}; "
+                "register the family first with add_family()"
+            )
+        if action.name in self.actions:
+            raise UsageError(f"action {action.name!r} is already registered")
+        self.actions[action.name] = action
+
+    def get(self, name: str) -> Action[Any] | None:
+        return self.actions.get(name)
+
+    def suggest(self, name: str) -> str | None:
+        return did_you_mean(name, self.actions)
+
+    def function(
+        self,
+        name: str,
+        *,
+        side_effects: bool = True,
+        description: str | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Register a plain Python function as an action, its params taken from its signature.
+
+        The family (the part before the dot) is created if needed, with an empty grant, so a
+        recipe turns it on with `capabilities: {family: {}}`. Side effects are assumed unless
+        declared otherwise, so such calls are gated by default.
+
+        Example:
+            ```python
+            @registry.function("team.lookup", side_effects=False)
+            def lookup(user: str) -> dict[str, str]: ...
+            ```
+        """
+        if "." not in name:
+            raise UsageError(f"capability name {name!r} must be 'family.action'")
+
+        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+            family = name.split(".", 1)[0]
+            if family not in self.families:
+                self.add_family(Family(family, f"user functions ({fn.__module__})"))
+            params_model = _params_model_from_signature(name, fn)
+            is_async = inspect.iscoroutinefunction(fn)
+
+            async def run(params: BaseModel, ctx: CallContext) -> Any:
+                kwargs = {k: getattr(params, k) for k in type(params).model_fields}
+                if is_async:
+                    return await fn(**kwargs)
+                return fn(**kwargs)
+
+            doc = description or (inspect.getdoc(fn) or name).splitlines()[0]
+            self.add(Action(name, doc, params_model, run, side_effects=side_effects))
+            return fn
+
+        return register
+
+
+def _params_model_from_signature(name: str, fn: Callable[..., Any]) -> type[BaseModel]:
+    fields: dict[str, Any] = {}
+    hints = typing.get_type_hints(fn)
+    for param in inspect.signature(fn).parameters.values():
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise UsageError(f"capability {name!r}: *args/**kwargs cannot be described")
+        annotation = hints.get(param.name, Any)
+        default = ... if param.default is inspect.Parameter.empty else param.default
+        fields[param.name] = (annotation, default)
+    model_name = "".join(part.title() for part in name.replace("_", ".").split(".")) + "Params"
+    model: type[BaseModel] = create_model(
+        model_name, __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model

@@ -1,0 +1,139 @@
+"""Every exception planloom raises, in one tree.
+
+```
+PlanloomError
+├── PlanError                  a recipe or plan cannot be loaded or is invalid (exit 2)
+│   ├── RecipeSyntaxError      the file is not YAML, is binary, or has duplicate keys
+│   └── PlanValidationError    the plan has problems; carries every `Diagnostic`
+├── ConfigurationError         a bad CLI flag, input value, plugin or environment (exit 2)
+│   └── InputError             a `-i key=value` that does not fit the recipe's inputs
+├── StepError                  a step's attempt went wrong at run time; the executor turns
+│   │                          these into step outcomes, they never escape a run
+│   ├── StepFailed             the action ran and reported failure (e.g. non-zero exit)
+│   ├── StepTimeout            an attempt ran past its timeout
+│   ├── CapabilityDenied       the sandbox refused the call; `rule` names why
+│   ├── ApprovalDenied         the approver refused a gated call
+│   ├── TemplateError          a `${{ }}` expression failed while rendering
+│   └── BudgetExceeded         a run limit (duration, tool calls) was reached
+└── UsageError                 the Python API was misused (a programming error)
+```
+
+Load-time errors carry locations (`file`, `line`, `column`, `rule`); run-time errors carry
+`step_id`, `attempt` and, for denials, the `rule` that decided.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from engine.diagnostics import Diagnostic
+
+__all__ = [
+    "ApprovalDenied",
+    "BudgetExceeded",
+    "CapabilityDenied",
+    "ConfigurationError",
+    "InputError",
+    "PlanError",
+    "PlanValidationError",
+    "PlanloomError",
+    "RecipeSyntaxError",
+    "StepError",
+    "StepFailed",
+    "StepTimeout",
+    "TemplateError",
+    "UsageError",
+]
+
+
+class PlanloomError(Exception):
+    """Base of every planloom error."""
+
+
+class PlanError(PlanloomError):
+    """A recipe or plan cannot be loaded or is invalid."""
+
+
+class PlanValidationError(PlanError):
+    """The plan has one or more problems, all of them listed in `diagnostics`."""
+
+    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+        self.diagnostics = diagnostics
+        count = len(diagnostics)
+        first = diagnostics[0].headline() if diagnostics else "invalid plan"
+        more = f" (and {count - 1} more)" if count > 1 else ""
+        super().__init__(f"{first}{more}")
+
+
+class RecipeSyntaxError(PlanValidationError):
+    """The file could not be read as a YAML recipe (syntax, encoding, binary, duplicates)."""
+
+
+class ConfigurationError(PlanloomError):
+    """A CLI flag, environment variable, input value or plugin is wrong."""
+
+
+class InputError(ConfigurationError):
+    """A run input does not fit the recipe's declared `inputs`."""
+
+
+class StepError(PlanloomError):
+    """Something went wrong in one attempt of one step.
+
+    Attributes:
+        step_id: the step, when known.
+        attempt: the 1-based attempt number, when known.
+        kind: `error` or `timeout`, which is what `retry.on` matches.
+    """
+
+    kind = "error"
+
+    def __init__(self, message: str, *, step_id: str | None = None, attempt: int | None = None):
+        super().__init__(message)
+        self.message = message
+        self.step_id = step_id
+        self.attempt = attempt
+
+
+class StepFailed(StepError):
+    """The action ran and reported failure."""
+
+
+class StepTimeout(StepError):
+    """An attempt ran longer than its timeout."""
+
+    kind = "timeout"
+
+
+class CapabilityDenied(StepError):
+    """The sandbox refused a call. `rule` names the rule that decided."""
+
+    def __init__(self, message: str, *, rule: str, step_id: str | None = None) -> None:
+        super().__init__(f"denied by rule {rule}: {message}", step_id=step_id)
+        self.rule = rule
+
+
+class ApprovalDenied(StepError):
+    """The approver refused a gated call."""
+
+    def __init__(self, reason: str | None = None, *, step_id: str | None = None) -> None:
+        text = "denied by approver" + (f": {reason}" if reason else "")
+        super().__init__(text, step_id=step_id)
+        self.reason = reason
+
+
+class TemplateError(StepError):
+    """A template expression failed while rendering at run time."""
+
+
+class BudgetExceeded(StepError):
+    """A run limit was reached."""
+
+    def __init__(self, message: str, *, limit: str, step_id: str | None = None) -> None:
+        super().__init__(message, step_id=step_id)
+        self.limit = limit
+
+
+class UsageError(PlanloomError):
+    """The Python API was called in a way it does not support."""
