@@ -1,8 +1,18 @@
 """Capabilities: what steps may do, each call checked against the recipe's grants."""
 
 from capabilities._base import Action, CallContext, EmptyGrant, Family, Registry
+from capabilities._sandbox import Gate, Sandbox
 
-__all__ = ["Action", "CallContext", "EmptyGrant", "Family", "Registry", "default_registry"]
+__all__ = [
+    "Action",
+    "CallContext",
+    "EmptyGrant",
+    "Family",
+    "Gate",
+    "Registry",
+    "Sandbox",
+    "default_registry",
+]
 
 
 def default_registry() -> Registry:

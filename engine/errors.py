@@ -85,9 +85,11 @@ class StepError(PlanloomError):
         step_id: the step, when known.
         attempt: the 1-based attempt number, when known.
         kind: `error` or `timeout`, which is what `retry.on` matches.
+        retryable: whether trying again could help (never for denials or template errors).
     """
 
     kind = "error"
+    retryable = True
 
     def __init__(self, message: str, *, step_id: str | None = None, attempt: int | None = None):
         super().__init__(message)
@@ -109,6 +111,8 @@ class StepTimeout(StepError):
 class CapabilityDenied(StepError):
     """The sandbox refused a call. `rule` names the rule that decided."""
 
+    retryable = False
+
     def __init__(self, message: str, *, rule: str, step_id: str | None = None) -> None:
         super().__init__(f"denied by rule {rule}: {message}", step_id=step_id)
         self.rule = rule
@@ -116,6 +120,8 @@ class CapabilityDenied(StepError):
 
 class ApprovalDenied(StepError):
     """The approver refused a gated call."""
+
+    retryable = False
 
     def __init__(self, reason: str | None = None, *, step_id: str | None = None) -> None:
         text = "denied by approver" + (f": {reason}" if reason else "")
@@ -126,9 +132,13 @@ class ApprovalDenied(StepError):
 class TemplateError(StepError):
     """A template expression failed while rendering at run time."""
 
+    retryable = False
+
 
 class BudgetExceeded(StepError):
     """A run limit was reached."""
+
+    retryable = False
 
     def __init__(self, message: str, *, limit: str, step_id: str | None = None) -> None:
         super().__init__(message, step_id=step_id)

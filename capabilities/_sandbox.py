@@ -1,0 +1,169 @@
+"""The one gate every tool call passes.
+
+grant check → params validated against the action's schema → budget → confirmation gate →
+execution with a timeout → JSON-able output → audit event. Each refusal is a typed error
+naming the rule that decided; none of them can crash the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ValidationError
+from pydantic_core import PydanticSerializationError, to_jsonable_python
+
+from capabilities._base import Action, CallContext, Registry
+from engine.errors import (
+    BudgetExceeded,
+    CapabilityDenied,
+    StepError,
+    StepFailed,
+    StepTimeout,
+    UsageError,
+)
+from engine.events import EventBus
+
+__all__ = ["Gate", "Sandbox"]
+
+Gate = Callable[[str, str, Any, str], Awaitable[Any]]
+"""`gate(step_id, action, params, reason)`: returns when approved, raises when denied."""
+
+Confirm = Literal["auto", "always", "never"]
+
+
+@dataclass
+class Sandbox:
+    """Runs actions for one run, within the recipe's grants."""
+
+    registry: Registry
+    grants: dict[str, dict[str, Any]]
+    base_dir: Path
+    gate: Gate | None = None
+    events: EventBus | None = None
+    default_timeout: float = 30.0
+    max_tool_calls: int | None = None
+    calls: int = 0
+    _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
+
+    def __post_init__(self) -> None:
+        for family_name, raw in self.grants.items():
+            family = self.registry.families.get(family_name)
+            if family is None:
+                raise UsageError(f"grant for unknown capability {family_name!r}")
+            self._grants[family_name] = family.grant_model.model_validate(raw or {})
+
+    def action(self, name: str) -> Action[Any]:
+        action = self.registry.get(name)
+        if action is None:
+            hint = self.registry.suggest(name)
+            raise CapabilityDenied(
+                f"unknown tool '{name}'" + (f"; {hint}" if hint else ""), rule="unknown-tool"
+            )
+        return action
+
+    async def call(
+        self,
+        name: str,
+        params: Any,
+        *,
+        step_id: str,
+        attempt: int = 1,
+        confirm: Confirm = "auto",
+        timeout: float | None = None,  # noqa: ASYNC109  # a per-call limit, enforced here
+    ) -> Any:
+        """Run one action call.
+
+        Raises:
+            CapabilityDenied: ungranted, unknown or malformed call.
+            ApprovalDenied: the gate refused it.
+            StepTimeout: it ran past `timeout`.
+            StepFailed: it failed.
+            BudgetExceeded: the run's tool-call budget is used up.
+        """
+        action = self.action(name)
+        grant = self._grants.get(action.family)
+        if grant is None:
+            raise CapabilityDenied(
+                f"'{name}' needs the '{action.family}' capability, which is not granted; add "
+                f"capabilities: {{{action.family}: {{...}}}} to the recipe",
+                rule="not-granted",
+                step_id=step_id,
+            )
+        try:
+            model = action.params_model.model_validate(params)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )
+            raise CapabilityDenied(
+                f"bad params for {name}: {problems}", rule="params-schema", step_id=step_id
+            ) from None
+        if self.max_tool_calls is not None and self.calls >= self.max_tool_calls:
+            raise BudgetExceeded(
+                f"the run used all {self.max_tool_calls} tool calls (limits.max_tool_calls)",
+                limit="max_tool_calls",
+                step_id=step_id,
+            )
+        self.calls += 1
+        side_effects = action.has_side_effects(model)
+        if self.gate is not None and (confirm == "always" or (confirm == "auto" and side_effects)):
+            reason = "has side effects" if side_effects else "confirm: always"
+            await self.gate(step_id, name, params, reason)
+        limit = timeout if timeout is not None else self.default_timeout
+        ctx = CallContext(grant=grant, base_dir=self.base_dir, timeout=limit, step_id=step_id)
+        events = self.events
+        if events is not None:
+            events.emit("tool.called", step_id, attempt, action=name, side_effects=side_effects)
+        try:
+            async with asyncio.timeout(limit):
+                result = await action.run(model, ctx)
+        except TimeoutError:
+            error: StepError = StepTimeout(
+                f"{name} timed out after {limit:g} s", step_id=step_id, attempt=attempt
+            )
+            self._audit(name, step_id, attempt, error)
+            raise error from None
+        except StepError as exc:
+            exc.step_id = exc.step_id or step_id
+            exc.attempt = exc.attempt or attempt
+            self._audit(name, step_id, attempt, exc)
+            raise
+        except Exception as exc:  # a user function or action bug is that call's failure
+            error = StepFailed(
+                f"{name} raised {type(exc).__name__}: {exc}", step_id=step_id, attempt=attempt
+            )
+            self._audit(name, step_id, attempt, error)
+            raise error from exc
+        output = _jsonable(name, result)
+        if events is not None:
+            events.emit("tool.finished", step_id, attempt, action=name, outcome="ok")
+        return output
+
+    def _audit(self, name: str, step_id: str, attempt: int, error: StepError) -> None:
+        if self.events is not None:
+            rule = getattr(error, "rule", None)
+            self.events.emit(
+                "tool.finished",
+                step_id,
+                attempt,
+                action=name,
+                outcome=type(error).__name__,
+                rule=rule,
+                error=error.message,
+            )
+
+
+def _jsonable(name: str, result: Any) -> Any:
+    if result is None or isinstance(result, str | int | float | bool):
+        return result
+    if isinstance(result, BaseModel):
+        return result.model_dump(mode="json")
+    try:
+        return to_jsonable_python(result)
+    except PydanticSerializationError as exc:
+        raise StepFailed(f"{name} returned a value that is not JSON data: {exc}") from exc

@@ -1,0 +1,106 @@
+"""What a person sees on stderr: a live view of running steps and a summary table."""
+
+from __future__ import annotations
+
+import time
+from typing import IO, Any
+
+from rich.console import Console
+from rich.live import Live
+from rich.table import Table
+from rich.text import Text
+
+from engine.events import Event
+from engine.results import RunResult
+
+__all__ = ["LiveProgress", "print_summary"]
+
+_STYLE = {
+    "succeeded": "green",
+    "fallback": "yellow",
+    "failed_acceptable": "yellow",
+    "failed": "bold red",
+    "denied": "bold red",
+    "skipped": "dim",
+    "cancelled": "magenta",
+    "pending": "dim",
+    "running": "cyan",
+}
+
+
+def _clip(text: str | None, width: int = 80) -> str:
+    if not text:
+        return ""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+class LiveProgress:
+    """An event subscriber that redraws a table of step states (terminals only)."""
+
+    def __init__(self, console: Console, step_ids: list[str]) -> None:
+        self.console = console
+        self.states: dict[str, str] = dict.fromkeys(step_ids, "pending")
+        self.started: dict[str, float] = {}
+        self.live = Live(console=console, refresh_per_second=8, transient=True)
+
+    def __enter__(self) -> LiveProgress:
+        self.live.__enter__()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.live.__exit__(*exc)
+
+    def __call__(self, event: Event) -> None:
+        if event.step_id is None:
+            return
+        if event.kind == "step.started":
+            self.states[event.step_id] = "running"
+            self.started[event.step_id] = time.monotonic()
+        elif event.kind == "step.finished":
+            self.states[event.step_id] = str(event.data.get("status", "?"))
+        else:
+            return
+        self.live.update(self._table())
+
+    def _table(self) -> Table:
+        table = Table(box=None, show_header=False, pad_edge=False)
+        running = [s for s, state in self.states.items() if state == "running"]
+        done = sum(1 for state in self.states.values() if state not in ("pending", "running"))
+        table.add_row(Text(f"{done}/{len(self.states)} steps done", style="bold"), "")
+        now = time.monotonic()
+        for step_id in running[:12]:
+            elapsed = now - self.started.get(step_id, now)
+            table.add_row(Text(f"  ⠿ {step_id}", style="cyan"), f"{elapsed:5.1f}s")
+        return table
+
+
+def print_summary(result: RunResult, stream: IO[str], *, color: bool) -> None:
+    """The end-of-run table: one row a step, then the run status and usage."""
+    console = Console(
+        file=stream,
+        force_terminal=color,
+        no_color=not color,
+        highlight=False,
+        width=120 if not color else None,
+    )
+    table = Table(title=f"run {result.run_id}", title_justify="left")
+    table.add_column("step")
+    table.add_column("status")
+    table.add_column("tries", justify="right")
+    table.add_column("error / note", overflow="fold")
+    for step_id, step in result.steps.items():
+        table.add_row(
+            step_id,
+            Text(step.status, style=_STYLE.get(step.status, "")),
+            str(step.attempts),
+            _clip(step.error, 100),
+        )
+    console.print(table)
+    for error in result.errors:
+        console.print(Text(f"error: {error}", style="red"))
+    style = "bold green" if result.status == "succeeded" else "bold red"
+    console.print(
+        Text(f"run {result.status}", style=style),
+        Text(f"  ({result.usage.tool_calls} tool calls)", style="dim"),
+    )

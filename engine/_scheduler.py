@@ -1,0 +1,89 @@
+"""Start-when-ready scheduling of a DAG: no rounds, no barriers.
+
+Knows networkx and asyncio only. A node starts the moment its last dependency ends (up to
+`max_parallel` at once). Each node's outcome comes back as a value; an exception in one
+node becomes that node's outcome through `crash`, so it cannot tear down its siblings.
+When an outcome `blocks`, either nothing new starts (`stop`) or every descendant is
+skipped (`continue`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from collections.abc import Awaitable, Callable
+from typing import Generic, Literal, TypeVar
+
+import networkx as nx
+
+__all__ = ["Scheduler"]
+
+OutcomeT = TypeVar("OutcomeT")
+
+
+class Scheduler(Generic[OutcomeT]):
+    """Runs every node of `graph` through `run`, respecting its edges.
+
+    After `run()` returns (or is cancelled), `outcomes` holds every node that ended,
+    `running` the nodes that were in flight, and the rest never started.
+    """
+
+    def __init__(
+        self,
+        graph: nx.DiGraph[str],
+        run: Callable[[str], Awaitable[OutcomeT]],
+        *,
+        max_parallel: int,
+        blocks: Callable[[OutcomeT], bool],
+        crash: Callable[[str, Exception], OutcomeT],
+        skip: Callable[[str, str], OutcomeT],
+        on_block: Literal["stop", "continue"] = "stop",
+    ) -> None:
+        self.graph = graph
+        self._run = run
+        self.max_parallel = max_parallel
+        self._blocks = blocks
+        self._crash = crash
+        self._skip = skip
+        self.on_block = on_block
+        self.outcomes: dict[str, OutcomeT] = {}
+        self.running: set[str] = set()
+        self.stopped_by: str | None = None
+
+    async def run(self) -> None:
+        graph = self.graph
+        waiting = {node: graph.in_degree(node) for node in graph}
+        ready = deque(node for node, count in waiting.items() if count == 0)
+        done: asyncio.Queue[tuple[str, OutcomeT]] = asyncio.Queue()
+        async with asyncio.TaskGroup() as group:
+            while ready or self.running:
+                while ready and len(self.running) < self.max_parallel and not self.stopped_by:
+                    node = ready.popleft()
+                    self.running.add(node)
+                    group.create_task(self._track(node, done), name=f"step:{node}")
+                if not self.running:
+                    break
+                node, outcome = await done.get()
+                self.running.discard(node)
+                self.outcomes[node] = outcome
+                if self._blocks(outcome):
+                    if self.on_block == "stop":
+                        self.stopped_by = self.stopped_by or node
+                        continue
+                    for later in nx.descendants(graph, node):
+                        if later not in self.outcomes:
+                            self.outcomes[later] = self._skip(later, node)
+                    continue
+                for successor in graph.successors(node):
+                    if successor in self.outcomes:
+                        continue
+                    waiting[successor] -= 1
+                    if waiting[successor] == 0:
+                        ready.append(successor)
+
+    async def _track(self, node: str, done: asyncio.Queue[tuple[str, OutcomeT]]) -> None:
+        try:
+            outcome = await self._run(node)
+        except Exception as exc:  # becomes this node's outcome, by design
+            outcome = self._crash(node, exc)
+        done.put_nowait((node, outcome))

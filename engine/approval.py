@@ -1,0 +1,150 @@
+"""Confirmation gates: who approves a side effect, and the binding of an answer to params.
+
+The executor hands every gated call to a `Gatekeeper`, which asks its `Approver` once per
+(step, action, exact rendered params): a retry with the same params is not asked again;
+changed params are. Questions are asked one at a time, so parallel steps never get each
+other's answers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import sys
+from typing import Any, Protocol
+
+from pydantic import BaseModel
+
+from engine.errors import ApprovalDenied
+from engine.results import Decision
+
+__all__ = [
+    "ApproveAll",
+    "Approver",
+    "DenyAll",
+    "FailClosed",
+    "GateRequest",
+    "Gatekeeper",
+    "TerminalApprover",
+    "params_hash",
+]
+
+
+def params_hash(params: Any) -> str:
+    """A stable hash of rendered params (canonical JSON, sorted keys)."""
+    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), default=repr)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+
+class GateRequest(BaseModel):
+    """One gated call, as shown to the approver."""
+
+    step_id: str
+    action: str
+    params: Any
+    params_hash: str
+    reason: str
+
+
+class Approver(Protocol):
+    """Decides gated calls. Implementations must not raise for a normal "no"."""
+
+    async def decide(self, request: GateRequest) -> Decision: ...
+
+
+class ApproveAll:
+    """Approves everything (`--yes`)."""
+
+    async def decide(self, request: GateRequest) -> Decision:
+        return _decision(request, True, "--yes")
+
+
+class DenyAll:
+    """Denies everything (`--no`)."""
+
+    def __init__(self, reason: str = "every gate denied by --no") -> None:
+        self.reason = reason
+
+    async def decide(self, request: GateRequest) -> Decision:
+        return _decision(request, False, "--no", self.reason)
+
+
+class FailClosed:
+    """No terminal and no flag: every gate is denied, saying how to approve."""
+
+    reason = (
+        "no terminal to ask for approval and no --yes; run in a terminal to answer, "
+        "or pass --yes to approve every gate"
+    )
+
+    async def decide(self, request: GateRequest) -> Decision:
+        return _decision(request, False, "fail-closed", self.reason)
+
+
+class TerminalApprover:
+    """Asks at the terminal: the step, the action, its params; answer y or n."""
+
+    async def decide(self, request: GateRequest) -> Decision:
+        params = json.dumps(request.params, indent=2, default=repr, ensure_ascii=True)
+        prompt = (
+            f"\nstep '{request.step_id}' wants to run {request.action} ({request.reason}):\n"
+            f"{params}\napprove? [y/N] "
+        )
+        answer = await asyncio.to_thread(_ask, prompt)
+        approved = answer.strip().lower() in {"y", "yes"}
+        return _decision(request, approved, "terminal", None if approved else "answered no")
+
+
+def _ask(prompt: str) -> str:
+    sys.stderr.write(prompt)
+    sys.stderr.flush()
+    line = sys.stdin.readline()
+    return line if line else "n"
+
+
+def _decision(request: GateRequest, approved: bool, by: str, reason: str | None = None) -> Decision:
+    return Decision(
+        step_id=request.step_id,
+        action=request.action,
+        params_hash=request.params_hash,
+        approved=approved,
+        by=by,
+        reason=reason,
+    )
+
+
+class Gatekeeper:
+    """Asks the approver once per exact call and remembers every decision."""
+
+    def __init__(self, approver: Approver) -> None:
+        self.approver = approver
+        self.decisions: list[Decision] = []
+        self._cache: dict[tuple[str, str, str], Decision] = {}
+        self._lock = asyncio.Lock()
+
+    async def check(self, step_id: str, action: str, params: Any, reason: str) -> Decision:
+        """Return the approval, or raise `ApprovalDenied` with the approver's reason."""
+        digest = params_hash(params)
+        key = (step_id, action, digest)
+        async with self._lock:
+            decision = self._cache.get(key)
+            if decision is None:
+                request = GateRequest(
+                    step_id=step_id,
+                    action=action,
+                    params=params,
+                    params_hash=digest,
+                    reason=reason,
+                )
+                try:
+                    decision = await self.approver.decide(request)
+                except Exception as exc:  # a broken approver fails closed
+                    decision = _decision(
+                        request, False, "error", f"approver failed: {type(exc).__name__}: {exc}"
+                    )
+                self._cache[key] = decision
+                self.decisions.append(decision)
+        if not decision.approved:
+            raise ApprovalDenied(decision.reason, step_id=step_id)
+        return decision

@@ -1,0 +1,96 @@
+"""Structured events for every transition of a run, and where they go.
+
+The executor publishes `Event`s to an `EventBus`; subscribers (the structlog logger, the
+live progress view, tests) each see every event in order. With no subscriber an event
+costs one attribute check.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Any, Literal
+
+import structlog
+from pydantic import BaseModel, Field
+
+__all__ = ["Event", "EventBus", "EventKind", "structlog_subscriber"]
+
+EventKind = Literal[
+    "run.started",
+    "run.finished",
+    "step.started",
+    "step.finished",
+    "attempt.started",
+    "attempt.finished",
+    "tool.called",
+    "tool.finished",
+    "gate.decided",
+]
+
+
+class Event(BaseModel):
+    """One transition. `data` holds kind-specific fields (status, error, params hash...)."""
+
+    kind: EventKind
+    run_id: str
+    step_id: str | None = None
+    attempt: int | None = None
+    ts: float = Field(default_factory=time.time)
+    data: dict[str, Any] = Field(default_factory=dict)
+
+
+Subscriber = Callable[[Event], None]
+
+
+class EventBus:
+    """Fan-out of events to subscribers; a failing subscriber never breaks the run."""
+
+    def __init__(self, run_id: str) -> None:
+        self.run_id = run_id
+        self.subscribers: list[Subscriber] = []
+
+    def subscribe(self, subscriber: Subscriber) -> None:
+        self.subscribers.append(subscriber)
+
+    def emit(
+        self,
+        kind: EventKind,
+        step_id: str | None = None,
+        attempt: int | None = None,
+        **data: Any,
+    ) -> None:
+        if not self.subscribers:
+            return
+        event = Event.model_construct(
+            kind=kind,
+            run_id=self.run_id,
+            step_id=step_id,
+            attempt=attempt,
+            ts=time.time(),
+            data=data,
+        )
+        for subscriber in self.subscribers:
+            try:
+                subscriber(event)
+            except Exception:  # a broken view must not break the run
+                self.subscribers.remove(subscriber)
+                structlog.get_logger("planloom").warning(
+                    "subscriber.removed", subscriber=repr(subscriber)
+                )
+
+
+def structlog_subscriber(logger: Any) -> Subscriber:
+    """A subscriber logging each event through a structlog logger, bound to run/step."""
+
+    def log(event: Event) -> None:
+        fields = {k: v for k, v in event.data.items() if v is not None}
+        logger.info(
+            event.kind,
+            run_id=event.run_id,
+            step_id=event.step_id,
+            attempt=event.attempt,
+            **fields,
+        )
+
+    return log

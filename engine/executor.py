@@ -1,0 +1,444 @@
+"""Runs a validated `Plan`: step semantics on top of the start-when-ready scheduler.
+
+Per step: `when` → (`for_each` items) → attempts with retries → fallback → `can_fail`.
+Statuses and their rules are PRODUCT.md's "Step semantics". Every run ends with every
+step in a terminal state; interruption (`cancel()`) and `limits.max_duration` end the
+in-flight steps as `cancelled` (their children are killed by the capabilities), then the
+`finally` steps run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from tenacity import (
+    AsyncRetrying,
+    retry_if_exception,
+    stop_after_attempt,
+    wait_exponential,
+    wait_fixed,
+)
+
+from capabilities import Registry, Sandbox
+from engine._graph import build_graph
+from engine._scheduler import Scheduler
+from engine.approval import Approver, FailClosed, Gatekeeper
+from engine.errors import ApprovalDenied, StepError, TemplateError
+from engine.events import EventBus
+from engine.inputs import resolve_inputs
+from engine.model import FallbackAction, Plan, RetryPolicy, Step
+from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
+from engine.templating import Template, ValueTemplate, compile_value
+
+__all__ = ["Executor", "run_plan"]
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass
+class _Action:
+    """A compiled primary or fallback action."""
+
+    tool: str
+    params: ValueTemplate
+    timeout: float | None
+
+
+@dataclass
+class _Tally:
+    attempts: int = 0
+
+
+class _Compiled:
+    """A step with its templates compiled once."""
+
+    __slots__ = ("fallback", "for_each", "primary", "step", "when")
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+        assert step.tool is not None, "agent steps are rejected by validation in this version"
+        self.primary = _Action(step.tool, compile_value(step.params), step.timeout)
+        self.fallback: _Action | None = None
+        if isinstance(step.fallback, FallbackAction) and step.fallback.tool is not None:
+            fb = step.fallback
+            self.fallback = _Action(
+                fb.tool or "", compile_value(fb.params), fb.timeout or step.timeout
+            )
+        self.when = Template.parse(step.when) if isinstance(step.when, str) else None
+        self.for_each = (
+            Template.parse(step.for_each) if isinstance(step.for_each, str) else step.for_each
+        )
+
+
+class Executor:
+    """One run of one plan.
+
+    Args:
+        plan: a validated plan.
+        registry: the capabilities the plan's tools come from.
+        base_dir: the recipe's folder; relative grant paths resolve against it.
+        inputs: run inputs by name (strings are parsed by type when `inputs_from_text`).
+        approver: decides gated calls; by default every gate is denied (fail closed).
+        events: where transitions are published.
+        sleep: waits between retries (inject a fake to make retry tests instant).
+    """
+
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        registry: Registry,
+        base_dir: Path,
+        inputs: Mapping[str, Any] | None = None,
+        inputs_from_text: bool = False,
+        approver: Approver | None = None,
+        events: EventBus | None = None,
+        sleep: Sleep = asyncio.sleep,
+        run_id: str | None = None,
+    ) -> None:
+        self.plan = plan
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.inputs = resolve_inputs(plan, inputs or {}, from_text=inputs_from_text)
+        self.events = events or EventBus(self.run_id)
+        self.gatekeeper = Gatekeeper(approver or FailClosed())
+        self.sandbox = Sandbox(
+            registry,
+            plan.capabilities,
+            base_dir,
+            gate=self._gate,
+            events=self.events,
+            default_timeout=plan.limits.timeout,
+            max_tool_calls=plan.limits.max_tool_calls,
+        )
+        self.sleep = sleep
+        self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
+        self.errors: list[str] = []
+        self._compiled = {s.id: _Compiled(s) for s in plan.all_steps()}
+        self._final_ids = frozenset(s.id for s in plan.finally_)
+        self._view: dict[str, dict[str, Any]] = {}
+        self._run_view: dict[str, Any] = {"id": self.run_id, "name": plan.name}
+        self._graph_task: asyncio.Task[None] | None = None
+        self._stop_reason: Literal["interrupted", "max_duration"] | None = None
+
+    # -- control -------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Interrupt the run: in-flight steps are cancelled, then `finally` steps run."""
+        if self._stop_reason is None:
+            self._stop_reason = "interrupted"
+        if self._graph_task is not None:
+            self._graph_task.cancel()
+
+    async def run(self) -> RunResult:
+        """Run the plan to the end and return what happened."""
+        started = time.monotonic()
+        self.events.emit("run.started", plan=self.plan.name)
+        deadline = started + self.plan.limits.max_duration
+        await self._run_graph(self.plan.steps, self.plan.on_failure, deadline)
+        main = self._status(self.plan.steps)
+        self._run_view["status"] = main
+        if self.plan.finally_:
+            reason = self._stop_reason
+            self._stop_reason = None
+            final_deadline = max(deadline, time.monotonic() + self.plan.limits.timeout)
+            await self._run_graph(self.plan.finally_, "continue", final_deadline)
+            self._stop_reason = self._stop_reason or reason
+            if main == "succeeded" and self._status(self.plan.finally_) == "failed":
+                main = "failed"
+        outputs = self._outputs()
+        if main == "succeeded" and self.errors:
+            main = "failed"
+        self.events.emit("run.finished", status=main, seconds=time.monotonic() - started)
+        return RunResult(
+            run_id=self.run_id,
+            status=main,
+            steps=dict(self.results),
+            outputs=outputs,
+            usage=Usage(tool_calls=self.sandbox.calls),
+            errors=list(self.errors),
+            approvals=list(self.gatekeeper.decisions),
+        )
+
+    def _status(self, steps: list[Step]) -> RunStatus:
+        if self._stop_reason == "interrupted":
+            return "cancelled"
+        if self._stop_reason == "max_duration":
+            return "failed"
+        if any(self.results[s.id].status in BLOCKING for s in steps):
+            return "failed"
+        return "succeeded"
+
+    async def _run_graph(
+        self, steps: list[Step], on_failure: Literal["stop", "continue"], deadline: float
+    ) -> None:
+        if not steps or self._stop_reason == "interrupted":
+            return
+        scheduler: Scheduler[StepResult] = Scheduler(
+            build_graph(steps),
+            self._run_step,
+            max_parallel=self.plan.limits.max_parallel,
+            blocks=lambda result: result.status in BLOCKING,
+            crash=self._crashed,
+            skip=self._skipped,
+            on_block=on_failure,
+        )
+        task = asyncio.create_task(scheduler.run(), name="planloom-graph")
+        self._graph_task = task
+        timer = asyncio.get_running_loop().call_at(
+            asyncio.get_running_loop().time() + max(deadline - time.monotonic(), 0),
+            self._expire,
+        )
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled ourselves, not just the graph
+        finally:
+            timer.cancel()
+            self._graph_task = None
+        for step in steps:
+            if step.id in scheduler.running:
+                why = {
+                    "interrupted": "cancelled: the run was interrupted",
+                    "max_duration": "cancelled: the run exceeded limits.max_duration "
+                    f"({self.plan.limits.max_duration:g} s)",
+                }.get(self._stop_reason or "", "cancelled")
+                self._finish(step.id, StepResult(status="cancelled", error=why))
+            elif step.id not in scheduler.outcomes:
+                blocker = scheduler.stopped_by
+                why = (
+                    f"not started: step '{blocker}' failed (on_failure: stop)"
+                    if blocker
+                    else "not started: the run ended first"
+                )
+                self._finish(step.id, StepResult(status="pending", error=why), emit=False)
+
+    def _expire(self) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = "max_duration"
+            self.errors.append(
+                f"the run exceeded limits.max_duration ({self.plan.limits.max_duration:g} s)"
+            )
+        if self._graph_task is not None:
+            self._graph_task.cancel()
+
+    # -- one step ------------------------------------------------------------------------
+
+    async def _run_step(self, step_id: str) -> StepResult:
+        compiled = self._compiled[step_id]
+        step = compiled.step
+        self.events.emit("step.started", step_id)
+        context = self._context(step_id)
+        try:
+            if compiled.when is not None and not compiled.when.render(context):
+                return self._finish(
+                    step_id, StepResult(status="skipped", error="skipped: 'when' was false")
+                )
+            if step.when is False:
+                return self._finish(
+                    step_id, StepResult(status="skipped", error="skipped: 'when' is false")
+                )
+            if compiled.for_each is not None:
+                return self._finish(step_id, await self._run_items(compiled, context))
+        except TemplateError as exc:
+            return self._finish(step_id, self._failed(step, exc, _Tally()))
+        tally = _Tally()
+        status, output, error = await self._run_chain(compiled, context, tally)
+        if status in ("failed", "denied") and step.can_fail:
+            status = "failed_acceptable"
+        return self._finish(
+            step_id, StepResult(status=status, output=output, error=error, attempts=tally.attempts)
+        )
+
+    async def _run_items(self, compiled: _Compiled, context: dict[str, Any]) -> StepResult:
+        step = compiled.step
+        items = compiled.for_each
+        if isinstance(items, Template):
+            items = items.render(context)
+        if not isinstance(items, list):
+            raise TemplateError(
+                f"for_each must give a list, got {type(items).__name__}: {items!r:.80}"
+            )
+        limit = asyncio.Semaphore(step.max_parallel or self.plan.limits.max_parallel)
+        tally = _Tally()
+
+        async def one(index: int, item: Any) -> tuple[StepStatus, Any, str | None]:
+            async with limit:
+                return await self._run_chain(
+                    compiled, {**context, "item": item, "index": index}, tally
+                )
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(i, item)) for i, item in enumerate(items)]
+        outcomes = [task.result() for task in tasks]
+        bad = [(i, o) for i, o in enumerate(outcomes) if o[0] in BLOCKING]
+        if bad:
+            status: StepStatus = "denied" if all(o[0] == "denied" for _, o in bad) else "failed"
+            if step.can_fail:
+                status = "failed_acceptable"
+            error = "; ".join(f"item {i}: {o[2]}" for i, o in bad[:5])
+            more = f" (and {len(bad) - 5} more items)" if len(bad) > 5 else ""
+            return StepResult(status=status, error=error + more, attempts=tally.attempts)
+        status = "fallback" if any(o[0] == "fallback" for o in outcomes) else "succeeded"
+        errors = [f"item {i}: {o[2]}" for i, o in enumerate(outcomes) if o[2]]
+        return StepResult(
+            status=status,
+            output=[o[1] for o in outcomes],
+            error="; ".join(errors) or None,
+            attempts=tally.attempts,
+        )
+
+    async def _run_chain(
+        self, compiled: _Compiled, context: dict[str, Any], tally: _Tally
+    ) -> tuple[StepStatus, Any, str | None]:
+        """Primary with retries, then the fallback. `can_fail` is the caller's business."""
+        step = compiled.step
+        try:
+            output = await self._with_retries(compiled, compiled.primary, context, tally)
+            return "succeeded", output, None
+        except StepError as exc:
+            denied = isinstance(exc, ApprovalDenied)
+            error = exc.message
+        if compiled.fallback is not None:
+            try:
+                tally.attempts += 1
+                output = await self._attempt(step, compiled.fallback, context, tally.attempts)
+                return "fallback", output, f"primary failed: {error}"
+            except StepError as exc:
+                error = f"{error}; fallback failed: {exc.message}"
+        return ("denied" if denied else "failed"), None, error
+
+    async def _with_retries(
+        self, compiled: _Compiled, action: _Action, context: dict[str, Any], tally: _Tally
+    ) -> Any:
+        policy = compiled.step.retry
+        if policy is None or policy.attempts == 1:
+            tally.attempts += 1
+            return await self._attempt(compiled.step, action, context, tally.attempts)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.attempts),
+            wait=_wait(policy),
+            retry=retry_if_exception(lambda exc: _retryable(exc, policy)),
+            sleep=self.sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                tally.attempts += 1
+                return await self._attempt(compiled.step, action, context, tally.attempts)
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    async def _attempt(
+        self, step: Step, action: _Action, context: dict[str, Any], attempt: int
+    ) -> Any:
+        self.events.emit("attempt.started", step.id, attempt, action=action.tool)
+        try:
+            params = action.params.render(context)
+            output = await self.sandbox.call(
+                action.tool,
+                params,
+                step_id=step.id,
+                attempt=attempt,
+                confirm=step.confirm,
+                timeout=action.timeout,
+            )
+        except StepError as exc:
+            self.events.emit(
+                "attempt.finished",
+                step.id,
+                attempt,
+                outcome=type(exc).__name__,
+                error=exc.message,
+            )
+            raise
+        self.events.emit("attempt.finished", step.id, attempt, outcome="ok")
+        return output
+
+    async def _gate(self, step_id: str, action: str, params: Any, reason: str) -> None:
+        decision = await self.gatekeeper.check(step_id, action, params, reason)
+        self.events.emit(
+            "gate.decided",
+            step_id,
+            action=action,
+            approved=decision.approved,
+            by=decision.by,
+            params_hash=decision.params_hash,
+        )
+
+    # -- bookkeeping ---------------------------------------------------------------------
+
+    def _context(self, step_id: str) -> dict[str, Any]:
+        context: dict[str, Any] = {"inputs": self.inputs, "steps": self._view}
+        if step_id in self._final_ids:
+            context["run"] = self._run_view
+        return context
+
+    def _finish(self, step_id: str, result: StepResult, *, emit: bool = True) -> StepResult:
+        self.results[step_id] = result
+        self._view[step_id] = {
+            "output": result.output,
+            "status": result.status,
+            "error": result.error,
+            "attempts": result.attempts,
+        }
+        if emit:
+            self.events.emit(
+                "step.finished",
+                step_id,
+                status=result.status,
+                attempts=result.attempts,
+                error=result.error,
+            )
+        return result
+
+    def _failed(self, step: Step, exc: StepError, tally: _Tally) -> StepResult:
+        status: StepStatus = "failed_acceptable" if step.can_fail else "failed"
+        return StepResult(status=status, error=exc.message, attempts=tally.attempts)
+
+    def _crashed(self, step_id: str, exc: Exception) -> StepResult:
+        return self._finish(
+            step_id,
+            StepResult(status="failed", error=f"internal error: {type(exc).__name__}: {exc}"),
+        )
+
+    def _skipped(self, step_id: str, cause: str) -> StepResult:
+        return self._finish(
+            step_id,
+            StepResult(
+                status="skipped",
+                error=f"skipped: upstream step '{cause}' {self.results[cause].status}",
+            ),
+        )
+
+    def _outputs(self) -> dict[str, Any]:
+        context = {"inputs": self.inputs, "steps": self._view, "run": self._run_view}
+        outputs: dict[str, Any] = {}
+        for name, value in self.plan.outputs.items():
+            try:
+                outputs[name] = compile_value(value).render(context)
+            except (TemplateError, ValueError) as exc:
+                outputs[name] = None
+                self.errors.append(f"output '{name}': {exc}")
+        return outputs
+
+
+def _wait(policy: RetryPolicy) -> Any:
+    if policy.backoff == "fixed":
+        return wait_fixed(policy.initial)
+    return wait_exponential(multiplier=policy.initial, max=policy.max)
+
+
+def _retryable(exc: BaseException, policy: RetryPolicy) -> bool:
+    return isinstance(exc, StepError) and exc.retryable and exc.kind in policy.on
+
+
+async def run_plan(plan: Plan, *, registry: Registry, base_dir: Path, **kwargs: Any) -> RunResult:
+    """Run `plan` once and return the result (see `Executor` for the arguments)."""
+    return await Executor(plan, registry=registry, base_dir=base_dir, **kwargs).run()

@@ -1,0 +1,181 @@
+"""The typed plan: what a recipe or an LLM planner produces, and what the executor runs.
+
+Every model forbids unknown keys, so a typo in a recipe is an error, not a silent default.
+The recipe JSON Schema (`planloom schema`) is generated from these models.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated, Any, Literal, NewType
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+__all__ = [
+    "ID_PATTERN",
+    "NAME_PATTERN",
+    "AgentSpec",
+    "FallbackAction",
+    "InputSpec",
+    "LLMSettings",
+    "Limits",
+    "Plan",
+    "RetryPolicy",
+    "Step",
+    "StepId",
+    "plan_json_schema",
+]
+
+StepId = NewType("StepId", str)
+
+NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
+# Step ids are names inside templates (`steps.fetch_docs.output`), so no hyphens.
+ID_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*$"
+
+Seconds = Annotated[float, Field(gt=0, le=86_400)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+def _default_retry_on() -> list[Literal["error", "timeout"]]:
+    return ["error", "timeout"]
+
+
+class RetryPolicy(_Model):
+    """How a failed attempt is retried before the fallback is tried."""
+
+    attempts: int = Field(1, ge=1, le=100, description="Total attempts, the first included.")
+    backoff: Literal["fixed", "exponential"] = "exponential"
+    initial: float = Field(1.0, ge=0, le=3600, description="Seconds before the 2nd attempt.")
+    max: float = Field(30.0, ge=0, le=3600, description="Longest wait between attempts.")
+    on: list[Literal["error", "timeout"]] = Field(
+        default_factory=_default_retry_on,
+        description="Which failures are retried. Denials and template errors never are.",
+    )
+
+
+class AgentSpec(_Model):
+    """An open-ended task handed to a ReAct tool-calling sub-loop."""
+
+    goal: str = Field(min_length=1)
+    tools: list[str] = Field(default_factory=list)
+    max_iterations: int = Field(10, ge=1, le=100)
+    output_schema: dict[str, Any] | None = None
+
+
+class FallbackAction(_Model):
+    """What runs when a step's primary action has failed for good."""
+
+    tool: str | None = None
+    agent: AgentSpec | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    timeout: Seconds | None = None
+
+    @model_validator(mode="after")
+    def _one_action(self) -> FallbackAction:
+        if (self.tool is None) == (self.agent is None):
+            raise ValueError("a fallback has exactly one of 'tool' or 'agent'")
+        return self
+
+
+class Step(_Model):
+    """One node of the plan: a capability action or an agent task, with its policies."""
+
+    id: str = Field(pattern=ID_PATTERN, max_length=128)
+    description: str | None = None
+    tool: str | None = None
+    agent: AgentSpec | None = None
+    params: dict[str, Any] = Field(default_factory=dict)
+    depends_on: list[str] = Field(default_factory=list)
+    can_fail: bool = False
+    fallback: FallbackAction | str | None = None
+    confirm: Literal["auto", "always", "never"] = "auto"
+    retry: RetryPolicy | None = None
+    timeout: Seconds | None = None
+    when: bool | str | None = None
+    for_each: str | list[Any] | None = None
+    max_parallel: int | None = Field(None, ge=1, le=1024)
+
+    @model_validator(mode="after")
+    def _one_action(self) -> Step:
+        if (self.tool is None) == (self.agent is None):
+            raise ValueError("a step has exactly one of 'tool' or 'agent'")
+        if self.agent is not None and self.params:
+            raise ValueError("an agent step takes no 'params'; describe the task in agent.goal")
+        return self
+
+    @property
+    def step_id(self) -> StepId:
+        return StepId(self.id)
+
+
+JsonType = Literal["string", "integer", "number", "boolean", "array", "object"]
+
+
+class InputSpec(_Model):
+    """A run input, in a subset of JSON Schema. An input with no default is required."""
+
+    type: JsonType = "string"
+    default: Any = None
+    description: str | None = None
+    enum: list[Any] | None = None
+
+    @property
+    def required(self) -> bool:
+        return "default" not in self.model_fields_set
+
+
+class LLMSettings(_Model):
+    """Which model serves the plan; the CLI and environment override these."""
+
+    model: str | None = None
+    base_url: str | None = None
+    temperature: float | None = Field(None, ge=0, le=2)
+
+
+class Limits(_Model):
+    """Run-wide bounds. Every wait is finite."""
+
+    max_parallel: int = Field(4, ge=1, le=1024, description="Steps running at once.")
+    timeout: Seconds = Field(30.0, description="Default seconds per attempt.")
+    max_duration: Seconds = Field(3600.0, description="Seconds for the whole run.")
+    max_llm_calls: int = Field(50, ge=0)
+    max_tool_calls: int = Field(1000, ge=0)
+
+
+class Plan(_Model):
+    """A whole workflow: a recipe as written, or a plan written by the LLM planner."""
+
+    version: Literal[1] = 1
+    name: str = Field("plan", pattern=NAME_PATTERN, max_length=128)
+    description: str | None = None
+    inputs: dict[str, InputSpec] = Field(default_factory=dict)
+    llm: LLMSettings | None = None
+    capabilities: dict[str, dict[str, Any]] = Field(
+        default_factory=dict, description="Grants: anything not granted is denied."
+    )
+    limits: Limits = Field(default_factory=Limits)
+    on_failure: Literal["stop", "continue"] = "stop"
+    goal: str | None = None
+    steps: list[Step] = Field(default_factory=list)
+    finally_: list[Step] = Field(default_factory=list, alias="finally")
+    outputs: dict[str, Any] = Field(default_factory=dict)
+
+    def all_steps(self) -> list[Step]:
+        """Main steps, then `finally` steps."""
+        return [*self.steps, *self.finally_]
+
+    def to_data(self) -> dict[str, Any]:
+        """The plan as plain data in recipe shape (aliases, defaults left out)."""
+        data: dict[str, Any] = self.model_dump(by_alias=True, exclude_defaults=True)
+        return {"version": 1, **data}
+
+
+def plan_json_schema() -> dict[str, Any]:
+    """The recipe JSON Schema, for editors and LLM structured output."""
+    schema = Plan.model_json_schema(by_alias=True)
+    schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
+    schema["title"] = "planloom recipe"
+    return json.loads(json.dumps(schema))  # type: ignore[no-any-return]  # plain JSON copy

@@ -1,0 +1,84 @@
+"""Pictures of a plan: Mermaid, Graphviz DOT and plain ASCII, all offline."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+import networkx as nx
+
+from engine._graph import build_graph
+from engine.model import Plan, Step
+
+__all__ = ["GraphFormat", "render_graph"]
+
+GraphFormat = Literal["mermaid", "dot", "ascii"]
+
+
+def render_graph(plan: Plan, fmt: GraphFormat = "ascii") -> str:
+    """Draw the plan's dependency graph; `finally` steps are drawn after the main graph."""
+    main = build_graph(plan.steps)
+    final = build_graph(plan.finally_)
+    if fmt == "mermaid":
+        return _mermaid(plan, main, final)
+    if fmt == "dot":
+        return _dot(plan, main, final)
+    return _ascii(plan, main, final)
+
+
+def _label(step: Step) -> str:
+    kind = step.tool or "agent"
+    extras = [
+        flag
+        for flag, on in (
+            ("for_each", step.for_each is not None),
+            ("when", step.when is not None),
+            ("can_fail", step.can_fail),
+            ("fallback", step.fallback is not None),
+        )
+        if on
+    ]
+    return kind + (f" [{', '.join(extras)}]" if extras else "")
+
+
+def _mermaid(plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]) -> str:
+    lines = ["flowchart TD"]
+    for step in plan.all_steps():
+        text = f"{step.id}<br/>{_label(step)}".replace('"', "#quot;")
+        lines.append(f'  {step.id}["{text}"]')
+    lines += [f"  {a} --> {b}" for a, b in main.edges]
+    if plan.finally_:
+        lines.append("  subgraph finally")
+        lines += [f"    {s.id}" for s in plan.finally_]
+        lines.append("  end")
+        lines += [f"  {a} --> {b}" for a, b in final.edges]
+        sinks = [n for n in main if main.out_degree(n) == 0]
+        roots = [n for n in final if final.in_degree(n) == 0]
+        lines += [f"  {a} -.-> {b}" for a in sinks for b in roots]
+    return "\n".join(lines) + "\n"
+
+
+def _dot(plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]) -> str:
+    lines = [f"digraph {json.dumps(plan.name)} {{", "  rankdir=LR;", "  node [shape=box];"]
+    for step in plan.all_steps():
+        label = json.dumps(f"{step.id}\n{_label(step)}")
+        style = ", style=dashed" if step in plan.finally_ else ""
+        lines.append(f"  {json.dumps(step.id)} [label={label}{style}];")
+    for a, b in [*main.edges, *final.edges]:
+        lines.append(f"  {json.dumps(a)} -> {json.dumps(b)};")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
+def _ascii(plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]) -> str:
+    steps = {s.id: s for s in plan.all_steps()}
+    width = max((len(s) for s in steps), default=4)
+    lines = [f"{plan.name}: {len(plan.steps)} steps, {len(plan.finally_)} finally"]
+    for title, graph in (("layer", main), ("finally", final)):
+        for depth, layer in enumerate(nx.topological_generations(graph), start=1):
+            for node in sorted(layer):
+                parents = sorted(graph.predecessors(node))
+                after = f"  ← {', '.join(parents)}" if parents else ""
+                head = f"{title} {depth}" if title == "layer" else "finally"
+                lines.append(f"  {head:<9} {node:<{width}}  {_label(steps[node])}{after}")
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,87 @@
+"""What a run produces: a status per step, outputs and usage, as in `--json`."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+
+__all__ = [
+    "TERMINAL",
+    "Decision",
+    "RunResult",
+    "RunStatus",
+    "StepResult",
+    "StepStatus",
+    "Usage",
+]
+
+StepStatus = Literal[
+    "succeeded",
+    "fallback",
+    "failed_acceptable",
+    "failed",
+    "skipped",
+    "denied",
+    "cancelled",
+    "pending",
+]
+RunStatus = Literal["succeeded", "failed", "rejected", "cancelled"]
+
+TERMINAL: frozenset[str] = frozenset(
+    {
+        "succeeded",
+        "fallback",
+        "failed_acceptable",
+        "failed",
+        "skipped",
+        "denied",
+        "cancelled",
+        "pending",
+    }
+)
+"""Every status a step can end a run with (`pending` = never reached)."""
+
+BLOCKING: frozenset[str] = frozenset({"failed", "denied"})
+"""Statuses that stop dependents from running."""
+
+
+class StepResult(BaseModel):
+    """How one step ended."""
+
+    status: StepStatus = "pending"
+    output: Any = None
+    error: str | None = None
+    attempts: int = 0
+
+
+class Usage(BaseModel):
+    """Counted calls and tokens for the run."""
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tool_calls: int = 0
+
+
+class Decision(BaseModel):
+    """An approver's answer to one gate, bound to the exact params it saw."""
+
+    step_id: str
+    action: str
+    params_hash: str
+    approved: bool
+    by: str
+    reason: str | None = None
+
+
+class RunResult(BaseModel):
+    """The whole run, as printed by `planloom run --json`."""
+
+    run_id: str
+    status: RunStatus
+    steps: dict[str, StepResult] = Field(default_factory=dict)
+    outputs: dict[str, Any] = Field(default_factory=dict)
+    usage: Usage = Field(default_factory=Usage)
+    errors: list[str] = Field(default_factory=list, description="Run-level problems.")
+    approvals: list[Decision] = Field(default_factory=list)

@@ -1,0 +1,253 @@
+"""`${{ ... }}` templates: Jinja2's immutable sandbox, strict undefined, native whole values.
+
+A string that is exactly one `${{ expr }}` evaluates to the expression's value with its own
+type (a list stays a list); any other string containing `${{` renders to text. Plain dotted
+references (`steps.log.output.stdout`) are evaluated without Jinja when every hop is a plain
+dict key or list index, which keeps templating off the per-step hot path; anything else goes
+through the sandbox, with the same result.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jinja2
+from jinja2 import nodes
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from engine.errors import TemplateError
+
+__all__ = ["Reference", "Template", "ValueTemplate", "compile_value", "find_templates"]
+
+MARK = "${{"
+_WHOLE = re.compile(r"^\s*\$\{\{(?P<expr>.*)\}\}\s*$", re.S)
+_PATH = re.compile(r"^\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\])*\s*$")
+_PATH_PART = re.compile(r"\.([A-Za-z_]\w*)|\[(\d+)\]")
+_JINJA_GLOBALS = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop"})
+
+Reference = tuple[str | int, ...]
+"""A path read by a template, from its root name: `("steps", "log", "output")`."""
+
+
+def _finalize(value: Any) -> Any:
+    return "" if value is None else value
+
+
+_env = ImmutableSandboxedEnvironment(
+    variable_start_string="${{",
+    variable_end_string="}}",
+    block_start_string="${%",
+    block_end_string="%}",
+    comment_start_string="${#",
+    comment_end_string="#}",
+    undefined=jinja2.StrictUndefined,
+    autoescape=False,
+    keep_trailing_newline=True,
+    finalize=_finalize,
+)
+
+
+@dataclass
+class Template:
+    """One template string, parsed once; compiled lazily on first render."""
+
+    source: str
+    expression: str | None
+    references: list[Reference] = field(default_factory=list)
+    locals: set[str] = field(default_factory=set)
+    _path: tuple[str, tuple[str | int, ...]] | None = None
+
+    @classmethod
+    @functools.lru_cache(maxsize=8192)  # templates are immutable once parsed
+    def parse(cls, source: str) -> Template:
+        """Parse `source`.
+
+        Raises:
+            jinja2.TemplateSyntaxError: the template is malformed.
+        """
+        match = _WHOLE.match(source)
+        expression = None
+        if match and MARK not in match["expr"] and "}}" not in match["expr"]:
+            expression = match["expr"].strip()
+        if expression is not None and _PATH.match(expression):
+            root, parts = _split_path(expression)
+            return cls(source, expression, [(root, *parts)], set(), (root, parts))
+        references, local_names = _references(_env.parse(source))
+        return cls(source, expression, references, local_names)
+
+    def render(self, context: Mapping[str, Any]) -> Any:
+        """Evaluate against `context`.
+
+        Raises:
+            TemplateError: an undefined name, a sandbox violation, or any failure inside.
+        """
+        if self._path is not None:
+            value = _walk(context, *self._path)
+            if value is not _MISS:
+                return value
+        try:
+            if self.expression is not None:
+                result = _expression(self.expression)(**context)
+                if isinstance(result, jinja2.Undefined):
+                    str(result)  # raises UndefinedError with Jinja's own message
+                return result
+            return _template(self.source).render(**context)
+        except jinja2.TemplateError as exc:
+            raise TemplateError(f"template {self.source.strip()!r} failed: {exc}") from exc
+        except TemplateError:
+            raise
+        except Exception as exc:  # a filter or operator raised inside the template
+            raise TemplateError(
+                f"template {self.source.strip()!r} failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+_MISS = object()
+
+
+def _walk(context: Mapping[str, Any], root: str, parts: tuple[str | int, ...]) -> Any:
+    if root not in context:
+        return _MISS
+    value = context[root]
+    for part in parts:
+        if isinstance(part, int):
+            if isinstance(value, list) and -len(value) <= part < len(value):
+                value = value[part]
+                continue
+            return _MISS
+        # Jinja prefers attributes over keys (`d.items` is the method); leave those to it.
+        if isinstance(value, dict) and part in value and not hasattr(dict, part):
+            value = value[part]
+            continue
+        return _MISS
+    return value
+
+
+def _split_path(expression: str) -> tuple[str, tuple[str | int, ...]]:
+    expression = expression.strip()
+    head = re.match(r"[A-Za-z_]\w*", expression)
+    assert head is not None  # guaranteed by _PATH
+    parts: list[str | int] = []
+    for attr, index in _PATH_PART.findall(expression[head.end() :]):
+        parts.append(attr if attr else int(index))
+    return head.group(0), tuple(parts)
+
+
+@functools.lru_cache(maxsize=4096)
+def _expression(expression: str) -> Callable[..., Any]:
+    return _env.compile_expression(expression, undefined_to_none=False)
+
+
+@functools.lru_cache(maxsize=4096)
+def _template(source: str) -> jinja2.Template:
+    return _env.from_string(source)
+
+
+def _references(tree: nodes.Node) -> tuple[list[Reference], set[str]]:
+    stored = {n.name for n in tree.find_all(nodes.Name) if n.ctx in ("store", "param")}
+    found: list[Reference] = []
+
+    def chain(node: nodes.Node) -> Reference | None:
+        parts: list[str | int] = []
+        while True:
+            if isinstance(node, nodes.Getattr):
+                parts.append(node.attr)
+                node = node.node
+            elif isinstance(node, nodes.Getitem) and isinstance(node.arg, nodes.Const):
+                if not isinstance(node.arg.value, str | int):
+                    return None
+                parts.append(node.arg.value)
+                node = node.node
+            elif isinstance(node, nodes.Name):
+                return (node.name, *reversed(parts))
+            else:
+                return None
+
+    def visit(node: nodes.Node) -> None:
+        if isinstance(node, nodes.Getattr | nodes.Getitem | nodes.Name):
+            ref = chain(node)
+            if ref is not None:
+                root = ref[0]
+                if isinstance(node, nodes.Name) and node.ctx != "load":
+                    return
+                if root not in stored and root not in _JINJA_GLOBALS:
+                    found.append(ref)
+                if isinstance(node, nodes.Getitem):
+                    visit(node.arg)
+                return
+        for child in node.iter_child_nodes():
+            visit(child)
+
+    visit(tree)
+    return found, stored
+
+
+class ValueTemplate:
+    """A value tree (dicts, lists, scalars) with templates inside, rendered as a whole."""
+
+    __slots__ = ("_render", "templates", "value")
+
+    def __init__(self, value: Any, templates: list[Template], render: Callable[..., Any]):
+        self.value = value
+        self.templates = templates
+        self._render = render
+
+    @property
+    def is_static(self) -> bool:
+        return not self.templates
+
+    def render(self, context: Mapping[str, Any]) -> Any:
+        """The value with every template evaluated (the value itself when it has none)."""
+        return self._render(context)
+
+
+def compile_value(value: Any) -> ValueTemplate:
+    """Prepare a value tree for rendering.
+
+    Raises:
+        jinja2.TemplateSyntaxError: a template inside is malformed.
+    """
+    templates: list[Template] = []
+
+    def build(item: Any) -> Callable[[Mapping[str, Any]], Any] | None:
+        if isinstance(item, str):
+            if MARK not in item:
+                return None
+            template = Template.parse(item)
+            templates.append(template)
+            return template.render
+        if isinstance(item, dict):
+            built = {k: build(v) for k, v in item.items()}
+            if all(b is None for b in built.values()):
+                return None
+            return lambda ctx: {k: (b(ctx) if b is not None else item[k]) for k, b in built.items()}
+        if isinstance(item, list):
+            parts = [build(v) for v in item]
+            if all(p is None for p in parts):
+                return None
+            return lambda ctx: [p(ctx) if p is not None else item[i] for i, p in enumerate(parts)]
+        return None
+
+    renderer = build(value)
+    if renderer is None:
+        return ValueTemplate(value, [], lambda ctx: value)
+    return ValueTemplate(value, templates, renderer)
+
+
+def find_templates(
+    value: Any, path: tuple[str | int, ...] = ()
+) -> Iterator[tuple[tuple[str | int, ...], str]]:
+    """Every string holding `${{` in a value tree, with its path."""
+    if isinstance(value, str):
+        if MARK in value:
+            yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield from find_templates(item, (*path, key))
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from find_templates(item, (*path, index))
