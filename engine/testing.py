@@ -1,0 +1,190 @@
+"""Fakes for testing workflows without a network or real side effects.
+
+`ScriptedTools` adds a capability family whose actions do what a script says, per key and
+per attempt: return a value, fail, hang until the timeout, raise, or sleep first. It
+records every call with start and end times, so tests can assert ordering and concurrency.
+
+Example:
+    ```python
+    registry = default_registry()
+    tools = ScriptedTools(registry)
+    tools.script("fetch", Fail("503"), "ok")     # fails once, then returns "ok"
+    result = run_recipe_text(RECIPE, registry)  # steps call test.run {key: fetch}
+    assert result.steps["fetch"].attempts == 2
+    ```
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import defaultdict
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from capabilities import Action, CallContext, Family, Registry
+from engine.approval import Approver
+from engine.errors import StepFailed
+from engine.executor import Executor, Sleep
+from engine.results import RunResult
+from engine.validation import validate_plan
+
+__all__ = [
+    "Call",
+    "Fail",
+    "Hang",
+    "Raise",
+    "ScriptedTools",
+    "Sleep",
+    "Wait",
+    "instant_sleep",
+    "run_recipe_text",
+]
+
+
+@dataclass(frozen=True)
+class Fail:
+    """The call fails with `StepFailed(message)`."""
+
+    message: str = "scripted failure"
+
+
+@dataclass(frozen=True)
+class Hang:
+    """The call never returns on its own (the attempt's timeout ends it)."""
+
+
+@dataclass(frozen=True)
+class Raise:
+    """The call raises an arbitrary exception, as a buggy tool would."""
+
+    exception: Exception
+
+
+@dataclass(frozen=True)
+class Wait:
+    """The call sleeps `seconds` (real time), then behaves as `then`."""
+
+    seconds: float
+    then: Any = None
+
+
+@dataclass
+class Call:
+    """One recorded call."""
+
+    key: str
+    attempt: int
+    started: float
+    ended: float | None = None
+    outcome: str = "running"
+
+
+class _Params(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    key: str
+    value: Any = None
+
+
+@dataclass
+class ScriptedTools:
+    """Registers `<family>.run` (read-only) and `<family>.write` (side effects).
+
+    Each call looks up `params.key`; its n-th call plays the n-th scripted behaviour (the last
+    one repeats). With no script, a call returns `params.value`.
+    """
+
+    registry: Registry
+    family: str = "test"
+    scripts: dict[str, list[Any]] = field(default_factory=dict)
+    calls: list[Call] = field(default_factory=list)
+    _counts: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+
+    def __post_init__(self) -> None:
+        self.registry.add_family(Family(self.family, "scripted fake tools for tests"))
+        for name, effects in (("run", False), ("write", True)):
+            self.registry.add(
+                Action(
+                    f"{self.family}.{name}",
+                    f"scripted fake ({'side effects' if effects else 'read-only'})",
+                    _Params,
+                    self._run,
+                    side_effects=effects,
+                )
+            )
+
+    def script(self, key: str, *behaviours: Any) -> None:
+        """Set what calls with `key` do, one behaviour per call in order."""
+        self.scripts[key] = list(behaviours)
+
+    def calls_for(self, key: str) -> list[Call]:
+        return [call for call in self.calls if call.key == key]
+
+    async def _run(self, params: _Params, ctx: CallContext) -> Any:
+        self._counts[params.key] += 1
+        number = self._counts[params.key]
+        call = Call(params.key, number, time.monotonic())
+        self.calls.append(call)
+        script = self.scripts.get(params.key)
+        behaviour = (
+            script[min(number, len(script)) - 1] if script else params.value
+        )
+        try:
+            result = await _play(behaviour)
+        except asyncio.CancelledError:
+            call.outcome = "cancelled"
+            raise
+        except Exception as exc:
+            call.outcome = type(exc).__name__
+            raise
+        finally:
+            call.ended = time.monotonic()
+        call.outcome = "ok"
+        return result
+
+
+async def _play(behaviour: Any) -> Any:
+    if isinstance(behaviour, Wait):
+        await asyncio.sleep(behaviour.seconds)
+        return await _play(behaviour.then)
+    if isinstance(behaviour, Fail):
+        raise StepFailed(behaviour.message)
+    if isinstance(behaviour, Hang):
+        await asyncio.Event().wait()
+    if isinstance(behaviour, Raise):
+        raise behaviour.exception
+    return behaviour
+
+
+async def instant_sleep(seconds: float) -> None:
+    """A retry sleep that does not wait (but still yields to the loop)."""
+    await asyncio.sleep(0)
+
+
+def run_recipe_text(
+    text: str,
+    registry: Registry,
+    *,
+    base_dir: Path | None = None,
+    inputs: Mapping[str, Any] | None = None,
+    approver: Approver | None = None,
+    sleep: Sleep = instant_sleep,
+) -> RunResult:
+    """Parse, validate and run a recipe given as text; returns the run result.
+
+    Raises:
+        PlanValidationError: the recipe is invalid.
+    """
+    from planners.recipe import parse_recipe_text
+
+    data, source = parse_recipe_text(text, "<test>")
+    folder = base_dir or Path.cwd()
+    plan = validate_plan(data, source, registry, base_dir=folder)
+    executor = Executor(
+        plan, registry=registry, base_dir=folder, inputs=inputs, approver=approver, sleep=sleep
+    )
+    return asyncio.run(executor.run())
