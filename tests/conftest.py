@@ -5,7 +5,6 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -42,7 +41,7 @@ def _loopback(address: Any) -> bool:
 
 
 @pytest.fixture(autouse=True)
-def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
     """Tests may talk to servers on 127.0.0.1 only; anything else is a bug in the test."""
     real_connect = socket.socket.connect
     real_connect_ex = socket.socket.connect_ex
@@ -59,4 +58,3 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
 
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
-    yield
