@@ -10,6 +10,8 @@ through the sandbox, with the same result.
 from __future__ import annotations
 
 import functools
+import json
+import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -37,6 +39,26 @@ def _finalize(value: Any) -> Any:
     return "" if value is None else value
 
 
+def _match(value: Any, pattern: str) -> bool:
+    return isinstance(value, str) and re.match(pattern, value) is not None
+
+
+def _search(value: Any, pattern: str) -> bool:
+    return isinstance(value, str) and re.search(pattern, value) is not None
+
+
+def _regex_replace(value: str, pattern: str, replacement: str = "") -> str:
+    return re.sub(pattern, replacement, value)
+
+
+def _fromjson(value: str) -> Any:
+    return json.loads(value)
+
+
+def _basename(value: str) -> str:
+    return posixpath.basename(value)
+
+
 _env = ImmutableSandboxedEnvironment(
     variable_start_string="${{",
     variable_end_string="}}",
@@ -49,6 +71,9 @@ _env = ImmutableSandboxedEnvironment(
     keep_trailing_newline=True,
     finalize=_finalize,
 )
+# Helpers recipes keep needing (as in Ansible and GitHub Actions): regex tests and filters.
+_env.tests.update(match=_match, search=_search)
+_env.filters.update(regex_replace=_regex_replace, fromjson=_fromjson, basename=_basename)
 
 
 @dataclass
