@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
+from collections.abc import Iterator
 from typing import IO, Any
 
 from rich.console import Console
@@ -28,10 +30,15 @@ _STYLE = {
 }
 
 
+def _printable(text: str) -> str:
+    """Escape control characters (ANSI/OSC sequences, bidi overrides) from tool output."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
+
+
 def _clip(text: str | None, width: int = 80) -> str:
     if not text:
         return ""
-    flat = " ".join(text.split())
+    flat = _printable(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 
@@ -50,6 +57,15 @@ class LiveProgress:
 
     def __exit__(self, *exc: Any) -> None:
         self.live.__exit__(*exc)
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Stop redrawing (and clear the view) while a question is on screen."""
+        self.live.stop()
+        try:
+            yield
+        finally:
+            self.live.start()
 
     def __call__(self, event: Event) -> None:
         if event.step_id is None:

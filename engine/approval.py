@@ -9,9 +9,13 @@ other's answers.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import sys
+import threading
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 from pydantic import BaseModel
@@ -83,7 +87,15 @@ class FailClosed:
 
 
 class TerminalApprover:
-    """Asks at the terminal: the step, the action, its params; answer y or n."""
+    """Asks at the terminal: the step, the action, its params; answer y or n.
+
+    Args:
+        pause: a context manager factory held while asking, e.g. to stop a live progress
+            view from drawing over the question.
+    """
+
+    def __init__(self, pause: Callable[[], AbstractContextManager[object]] | None = None):
+        self.pause = pause or contextlib.nullcontext
 
     async def decide(self, request: GateRequest) -> Decision:
         params = json.dumps(request.params, indent=2, default=repr, ensure_ascii=True)
@@ -91,9 +103,32 @@ class TerminalApprover:
             f"\nstep '{request.step_id}' wants to run {request.action} ({request.reason}):\n"
             f"{params}\napprove? [y/N] "
         )
-        answer = await asyncio.to_thread(_ask, prompt)
+        with self.pause():
+            answer = await _ask_in_thread(prompt)
         approved = answer.strip().lower() in {"y", "yes"}
         return _decision(request, approved, "terminal", None if approved else "answered no")
+
+
+async def _ask_in_thread(prompt: str) -> str:
+    """Read one answer without blocking the loop.
+
+    A daemon thread rather than the default executor: if the run is cancelled while the
+    person has not answered, the blocked read must not keep the interpreter from exiting.
+    """
+    loop = asyncio.get_running_loop()
+    answer: asyncio.Future[str] = loop.create_future()
+
+    def deliver(line: str) -> None:
+        if not answer.done():
+            answer.set_result(line)
+
+    def read() -> None:
+        line = _ask(prompt)
+        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
+            loop.call_soon_threadsafe(deliver, line)
+
+    threading.Thread(target=read, name="planloom-prompt", daemon=True).start()
+    return await answer
 
 
 def _ask(prompt: str) -> str:

@@ -216,17 +216,18 @@ def _cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     loaded = _load(args.recipe, registry, as_json=args.json, wrap=True)
     if isinstance(loaded, int):
         return loaded
+    inputs = parse_assignments(args.input)
+    events = EventBus("pending")
+    live = _live_view(args, loaded, events)
     approver: Approver
     if args.yes:
         approver = ApproveAll()
     elif args.no:
         approver = DenyAll()
     elif sys.stdin.isatty() and sys.stderr.isatty():
-        approver = TerminalApprover()
+        approver = TerminalApprover(pause=live.paused if live is not None else None)
     else:
         approver = FailClosed()
-    inputs = parse_assignments(args.input)
-    events = EventBus("pending")
     log_stream = _open_log(args.log_file) if args.log_file else None
     try:
         executor = Executor(
@@ -240,7 +241,7 @@ def _cmd_run(args: argparse.Namespace, registry: Registry) -> int:
         )
         events.run_id = executor.run_id
         _subscribe_logs(events, verbose=args.verbose, log_stream=log_stream)
-        result = _run_with_signals(executor, live=_live_view(args, loaded, events))
+        result = _run_with_signals(executor, live=live)
     finally:
         if log_stream is not None:
             log_stream.close()

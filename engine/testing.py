@@ -130,9 +130,7 @@ class ScriptedTools:
         call = Call(params.key, number, time.monotonic())
         self.calls.append(call)
         script = self.scripts.get(params.key)
-        behaviour = (
-            script[min(number, len(script)) - 1] if script else params.value
-        )
+        behaviour = script[min(number, len(script)) - 1] if script else params.value
         try:
             result = await _play(behaviour)
         except asyncio.CancelledError:
