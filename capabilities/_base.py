@@ -7,6 +7,7 @@ and declares its params model, its result model and whether a call has side effe
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import typing
 from collections.abc import Awaitable, Callable
@@ -74,6 +75,8 @@ class Action(Generic[P]):
         run: the implementation; returns a JSON-able value or a pydantic model.
         side_effects: whether a call changes the world; a callable decides per call
             (e.g. HTTP GET vs POST).
+        interruptible: whether the sandbox's timeout can stop a call (false for quick
+            synchronous functions run inline, which cannot be interrupted).
     """
 
     name: str
@@ -82,10 +85,11 @@ class Action(Generic[P]):
     run: Callable[[P, CallContext], Awaitable[Any]]
     result_model: type[BaseModel] | None = None
     side_effects: bool | Callable[[P], bool] = True
+    interruptible: bool = True
+    family: str = field(init=False)
 
-    @property
-    def family(self) -> str:
-        return self.name.split(".", 1)[0]
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "family", self.name.split(".", 1)[0])
 
     def has_side_effects(self, params: P) -> bool:
         if callable(self.side_effects):
@@ -125,12 +129,18 @@ class Registry:
         *,
         side_effects: bool = True,
         description: str | None = None,
+        blocking: bool = True,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Register a plain Python function as an action, its params taken from its signature.
 
         The family (the part before the dot) is created if needed, with an empty grant, so a
         recipe turns it on with `capabilities: {family: {}}`. Side effects are assumed unless
         declared otherwise, so such calls are gated by default.
+
+        `async def` functions run on the event loop. Synchronous functions run in a worker
+        thread, so they cannot stall other steps and the step's timeout still ends the step
+        (the thread itself cannot be killed and finishes in the background); pass
+        `blocking=False` for a quick, non-blocking function to run it inline instead.
 
         Example:
             ```python
@@ -148,14 +158,28 @@ class Registry:
             params_model = _params_model_from_signature(name, fn)
             is_async = inspect.iscoroutinefunction(fn)
 
+            fields = tuple(params_model.model_fields)
+
             async def run(params: BaseModel, ctx: CallContext) -> Any:
-                kwargs = {k: getattr(params, k) for k in type(params).model_fields}
+                kwargs = {k: getattr(params, k) for k in fields}
                 if is_async:
                     return await fn(**kwargs)
+                if blocking:
+                    return await asyncio.to_thread(fn, **kwargs)
                 return fn(**kwargs)
 
             doc = description or (inspect.getdoc(fn) or name).splitlines()[0]
-            self.add(Action(name, doc, params_model, run, side_effects=side_effects))
+            inline = not is_async and not blocking
+            self.add(
+                Action(
+                    name,
+                    doc,
+                    params_model,
+                    run,
+                    side_effects=side_effects,
+                    interruptible=not inline,
+                )
+            )
             return fn
 
         return register

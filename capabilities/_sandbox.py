@@ -120,7 +120,10 @@ class Sandbox:
         if events is not None:
             events.emit("tool.called", step_id, attempt, action=name, side_effects=side_effects)
         try:
-            async with asyncio.timeout(limit):
+            if action.interruptible:
+                async with asyncio.timeout(limit):
+                    result = await action.run(model, ctx)
+            else:  # an inline synchronous function: a timeout could never fire
                 result = await action.run(model, ctx)
         except TimeoutError:
             error: StepError = StepTimeout(
@@ -133,6 +136,17 @@ class Sandbox:
             exc.attempt = exc.attempt or attempt
             self._audit(name, step_id, attempt, exc)
             raise
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise
+            error = StepFailed(
+                f"{name} raised CancelledError without being cancelled",
+                step_id=step_id,
+                attempt=attempt,
+            )
+            self._audit(name, step_id, attempt, error)
+            raise error from None
         except Exception as exc:  # a user function or action bug is that call's failure
             error = StepFailed(
                 f"{name} raised {type(exc).__name__}: {exc}", step_id=step_id, attempt=attempt

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import jinja2
 import networkx as nx
 
 from engine.model import FallbackAction, Step
@@ -40,7 +41,11 @@ def step_dependencies(step: Step) -> list[str]:
     """`depends_on` plus every step the step's templates read, in first-seen order."""
     deps = dict.fromkeys(step.depends_on)
     for _, source in step_templates(step):
-        for ref in template_step_refs(Template.parse(source)):
+        try:
+            template = Template.parse(source)
+        except jinja2.TemplateSyntaxError:
+            continue  # validation reports it; a plan that runs has none
+        for ref in template_step_refs(template):
             deps[ref] = None
     return list(deps)
 

@@ -63,27 +63,44 @@ class Scheduler(Generic[OutcomeT]):
                     group.create_task(self._track(node, done), name=f"step:{node}")
                 if not self.running:
                     break
-                node, outcome = await done.get()
-                self.running.discard(node)
-                self.outcomes[node] = outcome
-                if self._blocks(outcome):
-                    if self.on_block == "stop":
-                        self.stopped_by = self.stopped_by or node
-                        continue
-                    for later in nx.descendants(graph, node):
-                        if later not in self.outcomes:
-                            self.outcomes[later] = self._skip(later, node)
-                    continue
-                for successor in graph.successors(node):
-                    if successor in self.outcomes:
-                        continue
-                    waiting[successor] -= 1
-                    if waiting[successor] == 0:
-                        ready.append(successor)
+                finished = [await done.get()]
+                # Take in everything that ended in the same tick before starting anything,
+                # so a failure queued behind a success still stops new starts.
+                while not done.empty():
+                    finished.append(done.get_nowait())
+                for node, outcome in finished:
+                    self._settle(node, outcome, waiting, ready)
+
+    def _settle(
+        self, node: str, outcome: OutcomeT, waiting: dict[str, int], ready: deque[str]
+    ) -> None:
+        self.running.discard(node)
+        self.outcomes[node] = outcome
+        if self._blocks(outcome):
+            if self.on_block == "stop":
+                self.stopped_by = self.stopped_by or node
+            else:
+                for later in nx.descendants(self.graph, node):
+                    if later not in self.outcomes:
+                        self.outcomes[later] = self._skip(later, node)
+            return
+        for successor in self.graph.successors(node):
+            if successor in self.outcomes:
+                continue
+            waiting[successor] -= 1
+            if waiting[successor] == 0:
+                ready.append(successor)
 
     async def _track(self, node: str, done: asyncio.Queue[tuple[str, OutcomeT]]) -> None:
         try:
             outcome = await self._run(node)
+        except asyncio.CancelledError as exc:
+            task = asyncio.current_task()
+            if task is None or task.cancelling():
+                raise  # a real cancellation of this node
+            # Raised by the node's own code without anyone cancelling it: an outcome too,
+            # or the scheduler would wait for this node forever.
+            outcome = self._crash(node, RuntimeError(f"stray CancelledError: {exc}"))
         except Exception as exc:  # becomes this node's outcome, by design
             outcome = self._crash(node, exc)
         done.put_nowait((node, outcome))

@@ -39,12 +39,20 @@ class SourceMap:
 
     `values` maps a node path to the position of its value; `keys` maps the path of a
     mapping entry to the position of its key (so "unknown key" points at the key).
+    `problems` holds what the loader found (duplicate keys, an unquoted `{{`) for validation
+    to report with everything else; `broken` marks values the loader could not read, so
+    that no second, derived problem is reported for them.
     """
 
     file: str
     lines: list[str] = field(default_factory=list)
     values: dict[NodePath, tuple[int, int]] = field(default_factory=dict)
     keys: dict[NodePath, tuple[int, int]] = field(default_factory=dict)
+    problems: list[Diagnostic] = field(default_factory=list)
+    broken: set[NodePath] = field(default_factory=set)
+
+    def is_broken(self, path: Sequence[str | int]) -> bool:
+        return any(tuple(path[: len(b)]) == b for b in self.broken)
 
     def locate(self, path: Sequence[str | int], *, key: bool = False) -> tuple[int, int]:
         """The position of `path`, or of its nearest located ancestor."""

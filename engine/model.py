@@ -168,8 +168,13 @@ class Plan(_Model):
         return [*self.steps, *self.finally_]
 
     def to_data(self) -> dict[str, Any]:
-        """The plan as plain data in recipe shape (aliases, defaults left out)."""
-        data: dict[str, Any] = self.model_dump(by_alias=True, exclude_defaults=True)
+        """The plan as plain data in recipe shape: what was written, defaults left out.
+
+        An explicit `default: null` on an input is kept (it makes the input optional).
+        """
+        data: dict[str, Any] = self.model_dump(by_alias=True, exclude_unset=True)
+        if not data.get("finally"):
+            data.pop("finally", None)
         return {"version": 1, **data}
 
 

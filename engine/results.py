@@ -85,3 +85,7 @@ class RunResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     errors: list[str] = Field(default_factory=list, description="Run-level problems.")
     approvals: list[Decision] = Field(default_factory=list)
+
+    def __repr__(self) -> str:
+        # Short on purpose: asyncio formats the repr of a finished run's result on exit.
+        return f"RunResult(run_id={self.run_id!r}, status={self.status!r}, steps={len(self.steps)})"

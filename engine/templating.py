@@ -30,6 +30,8 @@ _WHOLE = re.compile(r"^\s*\$\{\{(?P<expr>.*)\}\}\s*$", re.S)
 _PATH = re.compile(r"^\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\])*\s*$")
 _PATH_PART = re.compile(r"\.([A-Za-z_]\w*)|\[(\d+)\]")
 _JINJA_GLOBALS = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop"})
+# Words Jinja reads as literals or globals, never as context names: leave them to Jinja.
+_NOT_NAMES = _JINJA_GLOBALS | {"true", "false", "none", "True", "False", "None"}
 
 Reference = tuple[str | int, ...]
 """A path read by a template, from its root name: `("steps", "log", "output")`."""
@@ -87,7 +89,7 @@ class Template:
     _path: tuple[str, tuple[str | int, ...]] | None = None
 
     @classmethod
-    @functools.lru_cache(maxsize=8192)  # templates are immutable once parsed
+    @functools.lru_cache(maxsize=65536)  # templates are immutable once parsed
     def parse(cls, source: str) -> Template:
         """Parse `source`.
 
@@ -100,7 +102,8 @@ class Template:
             expression = match["expr"].strip()
         if expression is not None and _PATH.match(expression):
             root, parts = _split_path(expression)
-            return cls(source, expression, [(root, *parts)], set(), (root, parts))
+            if root not in _NOT_NAMES:
+                return cls(source, expression, [(root, *parts)], set(), (root, parts))
         references, local_names = _references(_env.parse(source))
         return cls(source, expression, references, local_names)
 

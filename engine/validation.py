@@ -8,6 +8,7 @@ structurally sound, so one bad step does not hide the problems of the others.
 
 from __future__ import annotations
 
+import difflib
 import itertools
 from collections.abc import Iterable
 from pathlib import Path
@@ -61,6 +62,7 @@ def validate_plan(
         PlanValidationError: with every problem found, sorted by position.
     """
     checker = _Checker(source, registry)
+    checker.problems.extend(source.problems)
     plan = checker.check(data, require_version=require_version)
     if checker.problems or plan is None:
         problems = sorted(checker.problems, key=lambda d: (d.line, d.column, d.rule))
@@ -89,6 +91,8 @@ class _Checker:
     def report(
         self, path: NodePath, rule: str, message: str, hint: str | None = None, *, key: bool = False
     ) -> None:
+        if self.source.broken and self.source.is_broken(path):
+            return  # the loader already reported why this value is unreadable
         self.problems.append(self.source.at(path, rule, message, hint, key=key))
 
     # -- structure -----------------------------------------------------------------------
@@ -106,7 +110,7 @@ class _Checker:
             self.report((), "missing-key", "missing 'version'", "add 'version: 1' at the top")
         data = self._unknown_keys(data)
         head = {k: v for k, v in data.items() if k not in _SECTIONS}
-        top = self._model(Plan, head, ())
+        top = self._model(Plan, head, ()) or _salvage(head)
         steps: list[tuple[NodePath, Step]] = []
         self.raw_ids = {
             section: {
@@ -153,7 +157,7 @@ class _Checker:
             groups.setdefault(loc, []).append(error)
         for loc, errors in groups.items():
             full = (*path, *loc)
-            message, rule = _describe(loc, errors, _get(raw, loc))
+            message, rule = _describe(loc, errors, _get(raw, loc), path)
             self.report(full, rule, message, key=rule == "missing-key")
 
     def _unknown_keys(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -202,6 +206,10 @@ class _Checker:
             if key in allowed:
                 kept[key] = value
                 continue
+            close = difflib.get_close_matches(key, allowed, n=1, cutoff=0.6)
+            if close and close[0] not in mapping:
+                # `parms:` is a typo for `params`: say so once, not also "params missing"
+                self.source.broken.add((*path, close[0]))
             hint = did_you_mean(key, allowed) or f"allowed keys: {', '.join(allowed)}"
             where = f" in {_dotted(path)}" if path else ""
             self.report((*path, key), "unknown-key", f"unknown key '{key}'{where}", hint, key=True)
@@ -527,6 +535,32 @@ class _Checker:
                 self._template(sub, source, plan, {"inputs", "steps", "run"}, visible, set())
 
 
+def _salvage(head: dict[str, Any]) -> Plan | None:
+    """The top level with its broken values dropped (already reported), so the steps are
+    still checked against the rest: a bad `on_failure` must not hide an unknown tool."""
+    pruned = dict(head)
+    for _ in range(3):
+        try:
+            return Plan.model_validate(pruned)
+        except ValidationError as exc:
+            for error in exc.errors(include_url=False):
+                loc = error["loc"]
+                if not loc:
+                    return None
+                key = loc[0]
+                entries = pruned.get(str(key))
+                if (
+                    key in ("inputs", "capabilities")
+                    and len(loc) >= 2
+                    and isinstance(entries, dict)
+                ):
+                    # keep the name known (a plain string input, an empty grant)
+                    pruned[key] = {**entries, loc[1]: {}}
+                else:
+                    pruned.pop(str(key), None)
+    return None
+
+
 def _is_union_tag(part: str | int) -> bool:
     if not isinstance(part, str):
         return False
@@ -554,8 +588,8 @@ _TYPE_ERRORS = {
 }
 
 
-def _describe(loc: NodePath, errors: list[Any], value: Any) -> tuple[str, str]:
-    where = _dotted(loc) or "recipe"
+def _describe(loc: NodePath, errors: list[Any], value: Any, base: NodePath = ()) -> tuple[str, str]:
+    where = _dotted(loc) or _dotted(base) or "recipe"
     kinds = [e["type"] for e in errors]
     if all(kind in _TYPE_ERRORS for kind in kinds):
         wanted = list(dict.fromkeys(_TYPE_ERRORS[k] for k in kinds))

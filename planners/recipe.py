@@ -14,6 +14,7 @@ from typing import Any
 from ruamel.yaml import YAML
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.resolver import VersionedResolver
 
 from capabilities import Registry
 from engine.diagnostics import Diagnostic, NodePath, SourceMap
@@ -25,7 +26,8 @@ __all__ = ["load_recipe", "parse_recipe_text", "read_recipe"]
 
 MAX_RECIPE_BYTES = 20_000_000
 
-_INT = re.compile(r"^[-+]?(0|[1-9][0-9_]*)$")
+_INT = re.compile(r"^[-+]?[0-9][0-9_]*$")
+_SPECIAL_FLOATS = {".inf": "inf", "+.inf": "inf", "-.inf": "-inf", ".nan": "nan"}
 _TAG = "tag:yaml.org,2002:"
 
 
@@ -65,8 +67,11 @@ def read_recipe(path: str | Path) -> tuple[Any, SourceMap]:
 def parse_recipe_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap]:
     """Parse YAML text into plain data and a `SourceMap`.
 
+    Duplicate keys (the first one is kept) and an unquoted `{{` do not stop parsing: they
+    are left in `source.problems`, which `validate_plan` reports with every other problem.
+
     Raises:
-        RecipeSyntaxError: with every duplicate key and unquoted `{{`, or the YAML error.
+        RecipeSyntaxError: the text is not YAML, or is empty.
     """
     source = SourceMap(file=file, lines=text.splitlines())
     try:
@@ -81,17 +86,36 @@ def parse_recipe_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap
         )
     builder = _Builder(source)
     data = builder.build(node, ())
-    if builder.problems:
-        raise RecipeSyntaxError(builder.problems)
+    source.problems.extend(builder.problems)  # reported by validation, with the rest
     return data, source
+
+
+class _OnceResolver(VersionedResolver):
+    """Looks the document's YAML version up once.
+
+    ruamel asks for it on every scalar, and with the C parser each ask raises and catches
+    two AttributeErrors: a third of the parse time of a large recipe. The version is fixed
+    by the time the first scalar is resolved (a `%YAML` directive precedes the document).
+    """
+
+    _table: Any = None
+
+    @property
+    def versioned_resolver(self) -> Any:
+        if self._table is None:
+            self._table = VersionedResolver.versioned_resolver.fget(self)  # type: ignore[attr-defined]  # a property
+        return self._table
 
 
 def _compose(text: str) -> Node | None:
     try:
         yaml = YAML(typ="safe", pure=False)
+        yaml.Resolver = _OnceResolver
         node: Node | None = yaml.compose(text)
     except AttributeError:  # pragma: no cover - the C parser is missing; use the pure one
-        node = YAML(typ="safe", pure=True).compose(text)
+        yaml = YAML(typ="safe", pure=True)
+        yaml.Resolver = _OnceResolver
+        node = yaml.compose(text)
     return node
 
 
@@ -119,6 +143,7 @@ class _Builder:
             line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
             if not isinstance(key_node, ScalarNode):
                 self.problems.append(self._unquoted_braces(line, column, key_node))
+                self.source.broken.add(path)
                 continue
             key = str(key_node.value)
             if key == "<<":
@@ -181,14 +206,15 @@ def _scalar(node: ScalarNode) -> Any:
     if kind == "int":
         cleaned = value.replace("_", "")
         if _INT.match(value):
-            return int(cleaned)
+            return int(cleaned, 10)
         try:
             return int(cleaned, 0)
         except ValueError:
             return value
     if kind == "float":
+        special = _SPECIAL_FLOATS.get(value.lower())
         try:
-            return float(value.replace("_", ""))
+            return float(special or value.replace("_", ""))
         except ValueError:
             return value
     return value
@@ -196,10 +222,16 @@ def _scalar(node: ScalarNode) -> Any:
 
 def _yaml_error(exc: MarkedYAMLError, source: SourceMap) -> Diagnostic:
     mark = exc.problem_mark or exc.context_mark
-    line = mark.line + 1 if mark is not None else 1
-    column = mark.column + 1 if mark is not None else 1
     problem = exc.problem or exc.context or "invalid YAML"
     hint = "check indentation and quoting on this line or the one before"
+    if exc.context_mark is not None and "quoted scalar" in (exc.context or ""):
+        # e.g. an unclosed quote: the end of the file is not where the mistake is
+        mark = exc.context_mark
+        problem = f"{problem} {exc.context}".strip()
+        if "quoted" in (exc.context or ""):
+            hint = "this quote is never closed: add the closing quote"
+    line = mark.line + 1 if mark is not None else 1
+    column = mark.column + 1 if mark is not None else 1
     text = source.lines[line - 1] if 1 <= line <= len(source.lines) else ""
     if "{{" in text or (line >= 2 and "{{" in source.lines[line - 2]):
         hint = "quote template values: path: \"${{ item }}\" (a bare '{' starts a YAML mapping)"

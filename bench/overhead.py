@@ -1,0 +1,437 @@
+"""Engine overhead per step: planloom against a bare asyncio executor of the same DAG.
+
+A layered DAG of no-op tool steps (`width` per layer, each step reading one parent through
+a `${{ steps.X.output }}` template and depending on one or two more through `depends_on`)
+goes through the whole engine: YAML parsing, validation, templating, sandbox dispatch and
+events delivered to a subscriber. The same DAG then runs on a minimal start-when-ready
+asyncio executor with the same `max_parallel`. The difference per step is the engine's
+overhead; the target is at most 50 µs per step. A second figure times parsing and
+validating a 10,000-step recipe of the same shape (target: under 2 s).
+
+Usage:
+    python bench/overhead.py [--steps 2000] [--width 20] [--repeat 5]
+                             [--validate-steps 10000] [--seed N] [--json] [--profile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import cProfile
+import gc
+import io
+import json
+import platform
+import pstats
+import random
+import statistics
+import sys
+import time
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+from capabilities import Registry, default_registry
+from engine.events import Event, EventBus
+from engine.executor import Executor
+from engine.results import RunResult
+from engine.templating import Template
+from engine.validation import validate_plan
+from planners.recipe import parse_recipe_text
+
+TARGET_US_PER_STEP = 50.0
+TARGET_VALIDATE_SECONDS = 2.0
+DEFAULT_SEED = 1234
+BASE_DIR = Path(__file__).resolve().parent
+
+T = TypeVar("T")
+
+
+# -- the DAG -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Node:
+    """One step: `parents[0]` is read through a template, the rest go in `depends_on`."""
+
+    id: str
+    parents: tuple[str, ...]
+    literal: int | None = None
+
+
+def layered_dag(steps: int, width: int, seed: int) -> list[Node]:
+    """`steps` nodes in layers of `width`; a node in layer k > 0 has 2–3 parents in k - 1."""
+    rng = random.Random(seed)
+    nodes: list[Node] = []
+    previous: list[str] = []
+    layer = 0
+    while len(nodes) < steps:
+        current = [f"s{layer}_{i}" for i in range(min(width, steps - len(nodes)))]
+        for index, step_id in enumerate(current):
+            if layer == 0:
+                nodes.append(Node(step_id, (), literal=index))
+            else:
+                count = min(len(previous), rng.choice((2, 3)))
+                nodes.append(Node(step_id, tuple(rng.sample(previous, count))))
+        previous = current
+        layer += 1
+    return nodes
+
+
+def recipe_text(nodes: Sequence[Node], max_parallel: int) -> str:
+    """The DAG as a recipe, in YAML."""
+    lines = [
+        "version: 1",
+        "name: bench-overhead",
+        "capabilities:",
+        "  bench: {}",
+        f"limits: {{max_parallel: {max_parallel}, max_tool_calls: 1000000}}",
+        "steps:",
+    ]
+    for node in nodes:
+        lines += [f"  - id: {node.id}", "    tool: bench.noop"]
+        if not node.parents:
+            lines.append(f"    params: {{value: {node.literal}}}")
+            continue
+        first, *others = node.parents
+        lines.append(f'    params: {{value: "${{{{ steps.{first}.output }}}}"}}')
+        if others:
+            lines.append(f"    depends_on: [{', '.join(others)}]")
+    return "\n".join(lines) + "\n"
+
+
+def expected_outputs(nodes: Sequence[Node]) -> dict[str, Any]:
+    """What every step returns: the literal at the root of its chain of first parents."""
+    outputs: dict[str, Any] = {}
+    for node in nodes:  # layers are in order, so parents come first
+        outputs[node.id] = node.literal if not node.parents else outputs[node.parents[0]]
+    return outputs
+
+
+# -- the engine ----------------------------------------------------------------------------
+
+
+def make_registry() -> Registry:
+    registry = default_registry()
+
+    @registry.function("bench.noop", side_effects=False)
+    def noop(value: int) -> int:
+        """Return `value` unchanged."""
+        return value
+
+    return registry
+
+
+class GcClock:
+    """Seconds the cyclic garbage collector ran, through `gc.callbacks`."""
+
+    def __init__(self) -> None:
+        self.seconds = 0.0
+        self._started = 0.0
+
+    def __call__(self, phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+        else:
+            self.seconds += time.perf_counter() - self._started
+
+    def __enter__(self) -> GcClock:
+        gc.callbacks.append(self)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self)
+
+
+@dataclass
+class EngineRun:
+    parse_seconds: float  # YAML text → data
+    validate_seconds: float  # data → Plan
+    exec_seconds: float  # Executor construction + run
+    gc_seconds: float  # of all the above, spent in the cyclic garbage collector
+    events: int
+    result: RunResult
+
+    @property
+    def load_seconds(self) -> float:
+        return self.parse_seconds + self.validate_seconds
+
+    @property
+    def total_seconds(self) -> float:
+        return self.load_seconds + self.exec_seconds
+
+
+def clear_template_caches() -> None:
+    """Start each repeat as a fresh process would, with nothing parsed yet."""
+    Template.parse.cache_clear()
+
+
+def run_engine(text: str, registry: Registry) -> EngineRun:
+    clear_template_caches()
+    events: list[Event] = []
+    with GcClock() as gc_clock:
+        started = time.perf_counter()
+        data, source = parse_recipe_text(text, "<bench>")
+        parsed = time.perf_counter()
+        plan = validate_plan(data, source, registry, base_dir=BASE_DIR)
+        validated = time.perf_counter()
+        bus = EventBus("bench")
+        bus.subscribe(events.append)
+        executor = Executor(plan, registry=registry, base_dir=BASE_DIR, events=bus, run_id="bench")
+        result = asyncio.run(executor.run())
+        finished = time.perf_counter()
+    return EngineRun(
+        parsed - started,
+        validated - parsed,
+        finished - validated,
+        gc_clock.seconds,
+        len(events),
+        result,
+    )
+
+
+# -- the baseline --------------------------------------------------------------------------
+
+
+async def noop(value: Any) -> Any:
+    return value
+
+
+async def bare_executor(nodes: Sequence[Node], max_parallel: int) -> dict[str, Any]:
+    """Start-when-ready over the same DAG: in-degree counters, a completion queue, a cap."""
+    by_id = {node.id: node for node in nodes}
+    children: dict[str, list[str]] = {node.id: [] for node in nodes}
+    waiting: dict[str, int] = {}
+    for node in nodes:
+        waiting[node.id] = len(node.parents)
+        for parent in node.parents:
+            children[parent].append(node.id)
+    ready = deque(node.id for node in nodes if not node.parents)
+    outputs: dict[str, Any] = {}
+    done: asyncio.Queue[str] = asyncio.Queue()
+
+    async def one(node: Node) -> None:
+        value = outputs[node.parents[0]] if node.parents else node.literal
+        outputs[node.id] = await noop(value)
+        done.put_nowait(node.id)
+
+    running = 0
+    async with asyncio.TaskGroup() as group:
+        while ready or running:
+            while ready and running < max_parallel:
+                group.create_task(one(by_id[ready.popleft()]))
+                running += 1
+            finished = await done.get()
+            running -= 1
+            for child in children[finished]:
+                waiting[child] -= 1
+                if waiting[child] == 0:
+                    ready.append(child)
+    return outputs
+
+
+def run_baseline(nodes: Sequence[Node], max_parallel: int) -> tuple[float, dict[str, Any]]:
+    started = time.perf_counter()
+    outputs = asyncio.run(bare_executor(nodes, max_parallel))
+    return time.perf_counter() - started, outputs
+
+
+# -- measuring -----------------------------------------------------------------------------
+
+
+def timed(fn: Callable[[], T]) -> tuple[float, T]:
+    started = time.perf_counter()
+    value = fn()
+    return time.perf_counter() - started, value
+
+
+def check_engine(run: EngineRun, expected: dict[str, Any]) -> None:
+    result = run.result
+    if result.status != "succeeded":
+        bad = {k: (s.status, s.error) for k, s in result.steps.items() if s.status != "succeeded"}
+        raise SystemExit(f"engine run {result.status}: {list(bad.items())[:5]} {result.errors}")
+    outputs = {k: s.output for k, s in result.steps.items()}
+    if outputs != expected:
+        raise SystemExit("engine outputs differ from the expected outputs")
+
+
+def measure_overhead(args: argparse.Namespace, registry: Registry) -> dict[str, Any]:
+    nodes = layered_dag(args.steps, args.width, args.seed)
+    text = recipe_text(nodes, args.width)
+    expected = expected_outputs(nodes)
+    steps = len(nodes)
+
+    # Warm-up: imports, Jinja environment, pydantic validators, the event loop policy.
+    check_engine(run_engine(text, registry), expected)
+    run_baseline(nodes, args.width)
+
+    engine_runs: list[EngineRun] = []
+    baseline_seconds: list[float] = []
+    for _ in range(args.repeat):  # interleaved, so drift of the machine hits both alike
+        gc.collect()
+        run = run_engine(text, registry)
+        check_engine(run, expected)
+        engine_runs.append(run)
+        gc.collect()
+        seconds, outputs = run_baseline(nodes, args.width)
+        if outputs != expected:
+            raise SystemExit("baseline outputs differ from the expected outputs")
+        baseline_seconds.append(seconds)
+
+    def per_step(values: list[float]) -> float:
+        return statistics.median(values) / steps * 1e6
+
+    engine_us = per_step([r.total_seconds for r in engine_runs])
+    load_us = per_step([r.load_seconds for r in engine_runs])
+    parse_us = per_step([r.parse_seconds for r in engine_runs])
+    validate_us = per_step([r.validate_seconds for r in engine_runs])
+    gc_us = per_step([r.gc_seconds for r in engine_runs])
+    exec_us = per_step([r.exec_seconds for r in engine_runs])
+    baseline_us = per_step(baseline_seconds)
+    overhead_us = engine_us - baseline_us
+    return {
+        "steps": steps,
+        "width": args.width,
+        "layers": -(-steps // args.width),
+        "edges": sum(len(n.parents) for n in nodes),
+        "repeat": args.repeat,
+        "events_per_step": engine_runs[0].events / steps,
+        "engine_us_per_step": engine_us,
+        "engine_load_us_per_step": load_us,
+        "engine_parse_us_per_step": parse_us,
+        "engine_validate_us_per_step": validate_us,
+        "engine_gc_us_per_step": gc_us,
+        "engine_exec_us_per_step": exec_us,
+        "engine_seconds": statistics.median(r.total_seconds for r in engine_runs),
+        "engine_load_seconds": statistics.median(r.load_seconds for r in engine_runs),
+        "engine_exec_seconds": statistics.median(r.exec_seconds for r in engine_runs),
+        "baseline_us_per_step": baseline_us,
+        "baseline_seconds": statistics.median(baseline_seconds),
+        "overhead_us_per_step": overhead_us,
+        "exec_overhead_us_per_step": exec_us - baseline_us,
+        "ratio": engine_us / baseline_us,
+        "target_us_per_step": TARGET_US_PER_STEP,
+        "target_met": overhead_us <= TARGET_US_PER_STEP,
+    }
+
+
+def measure_validation(args: argparse.Namespace, registry: Registry) -> dict[str, Any]:
+    nodes = layered_dag(args.validate_steps, args.width, args.seed)
+    text = recipe_text(nodes, args.width)
+    parse_times: list[float] = []
+    validate_times: list[float] = []
+    for _ in range(3):
+        clear_template_caches()
+        gc.collect()
+        parse_seconds, (data, source) = timed(lambda: parse_recipe_text(text, "<bench>"))
+        validate_seconds, plan = timed(
+            lambda: validate_plan(data, source, registry, base_dir=BASE_DIR)  # noqa: B023  # called at once
+        )
+        assert len(plan.steps) == len(nodes)
+        parse_times.append(parse_seconds)
+        validate_times.append(validate_seconds)
+    totals = [p + v for p, v in zip(parse_times, validate_times, strict=True)]
+    seconds = statistics.median(totals)
+    return {
+        "validate_steps": len(nodes),
+        "validate_recipe_bytes": len(text.encode()),
+        "validate_seconds": seconds,
+        "validate_parse_seconds": statistics.median(parse_times),
+        "validate_check_seconds": statistics.median(validate_times),
+        "validate_target_seconds": TARGET_VALIDATE_SECONDS,
+        "validate_target_met": seconds < TARGET_VALIDATE_SECONDS,
+    }
+
+
+def profile_engine(args: argparse.Namespace, registry: Registry, limit: int = 25) -> str:
+    """cProfile of one whole engine run (after a warm-up), by own time and by cumulative."""
+    nodes = layered_dag(args.steps, args.width, args.seed)
+    text = recipe_text(nodes, args.width)
+    run_engine(text, registry)
+    profiler = cProfile.Profile()
+    profiler.enable()
+    run_engine(text, registry)
+    profiler.disable()
+    out = io.StringIO()
+    stats = pstats.Stats(profiler, stream=out)
+    for key in ("tottime", "cumulative"):
+        out.write(f"\n=== engine run of {len(nodes)} steps, top {limit} by {key} ===\n")
+        stats.sort_stats(key).print_stats(limit)
+    return out.getvalue()
+
+
+# -- output --------------------------------------------------------------------------------
+
+
+def report(figures: dict[str, Any]) -> str:
+    f = figures
+    met = "MET" if f["target_met"] else "MISSED"
+    vmet = "MET" if f["validate_target_met"] else "MISSED"
+    return "\n".join(
+        [
+            f"planloom overhead benchmark (Python {platform.python_version()}, "
+            f"{platform.machine()})",
+            f"DAG: {f['steps']} no-op steps, {f['layers']} layers of {f['width']}, "
+            f"{f['edges']} edges, max_parallel {f['width']}; "
+            f"median of {f['repeat']} runs after one warm-up",
+            f"engine   (load + run):  {f['engine_us_per_step']:8.1f} µs/step  "
+            f"({f['engine_seconds'] * 1e3:.1f} ms, {f['events_per_step']:.0f} events/step)",
+            f"  load + validate:      {f['engine_load_us_per_step']:8.1f} µs/step  "
+            f"({f['engine_load_seconds'] * 1e3:.1f} ms: parse "
+            f"{f['engine_parse_us_per_step']:.1f} + validate "
+            f"{f['engine_validate_us_per_step']:.1f} µs/step)",
+            f"  execute:              {f['engine_exec_us_per_step']:8.1f} µs/step  "
+            f"({f['engine_exec_seconds'] * 1e3:.1f} ms)",
+            f"  of which in gc:       {f['engine_gc_us_per_step']:8.1f} µs/step  "
+            "(cyclic garbage collector, across all three phases)",
+            f"bare asyncio baseline:  {f['baseline_us_per_step']:8.1f} µs/step  "
+            f"({f['baseline_seconds'] * 1e3:.1f} ms)",
+            f"engine overhead:        {f['overhead_us_per_step']:8.1f} µs/step  "
+            f"(execution only: {f['exec_overhead_us_per_step']:.1f} µs/step)",
+            f"ratio engine/baseline:  {f['ratio']:8.1f}x",
+            f"target ≤ {f['target_us_per_step']:g} µs/step overhead: {met}",
+            f"validate {f['validate_steps']}-step recipe: {f['validate_seconds']:.3f} s "
+            f"(parse {f['validate_parse_seconds']:.3f} s + validate "
+            f"{f['validate_check_seconds']:.3f} s, median of 3, "
+            f"{f['validate_recipe_bytes'] / 1e6:.1f} MB); "
+            f"target < {f['validate_target_seconds']:g} s: {vmet}",
+        ]
+    )
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=2000, help="steps in the timed DAG")
+    parser.add_argument("--width", type=int, default=20, help="steps per layer = max_parallel")
+    parser.add_argument("--repeat", type=int, default=5, help="timed runs (median is shown)")
+    parser.add_argument(
+        "--validate-steps", type=int, default=10_000, help="steps in the validated recipe"
+    )
+    parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="DAG shape seed")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead")
+    parser.add_argument(
+        "--profile", action="store_true", help="also print a cProfile of one engine run"
+    )
+    args = parser.parse_args(argv)
+    if not 1 <= args.width <= 1024:
+        parser.error("--width must be between 1 and 1024 (it is limits.max_parallel)")
+    for name in ("steps", "repeat", "validate_steps"):
+        if getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    registry = make_registry()
+    figures = {**measure_overhead(args, registry), **measure_validation(args, registry)}
+    print(json.dumps(figures, indent=2) if args.json else report(figures))
+    if args.profile:
+        print(profile_engine(args, registry), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
