@@ -116,7 +116,7 @@ def expected_outputs(nodes: Sequence[Node]) -> dict[str, Any]:
 def make_registry() -> Registry:
     registry = default_registry()
 
-    @registry.function("bench.noop", side_effects=False)
+    @registry.function("bench.noop", side_effects=False, blocking=False)
     def noop(value: int) -> int:
         """Return `value` unchanged."""
         return value

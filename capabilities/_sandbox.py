@@ -119,16 +119,23 @@ class Sandbox:
         events = self.events
         if events is not None:
             events.emit("tool.called", step_id, attempt, action=name, side_effects=side_effects)
+        deadline = asyncio.timeout(limit)
         try:
             if action.interruptible:
-                async with asyncio.timeout(limit):
+                async with deadline:
                     result = await action.run(model, ctx)
             else:  # an inline synchronous function: a timeout could never fire
                 result = await action.run(model, ctx)
-        except TimeoutError:
-            error: StepError = StepTimeout(
-                f"{name} timed out after {limit:g} s", step_id=step_id, attempt=attempt
-            )
+        except TimeoutError as exc:
+            error: StepError
+            if deadline.expired():
+                error = StepTimeout(
+                    f"{name} timed out after {limit:g} s", step_id=step_id, attempt=attempt
+                )
+            else:  # the tool's own timeout (a socket, a lock): an ordinary failure
+                error = StepFailed(
+                    f"{name} raised TimeoutError: {exc}", step_id=step_id, attempt=attempt
+                )
             self._audit(name, step_id, attempt, error)
             raise error from None
         except StepError as exc:

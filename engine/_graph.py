@@ -3,18 +3,40 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from typing import Any, Literal
 
 import jinja2
 import networkx as nx
 
-from engine.model import FallbackAction, Step
+from engine.model import FallbackAction, Plan, Step
 from engine.templating import Template, find_templates
 
-__all__ = ["build_graph", "step_dependencies", "step_templates", "template_step_refs"]
+__all__ = [
+    "build_graph",
+    "plan_graph",
+    "step_dependencies",
+    "step_templates",
+    "template_step_refs",
+]
 
 
-def step_templates(step: Step) -> Iterator[tuple[tuple[str | int, ...], str]]:
-    """Every template string of a step, with its path inside the step."""
+def step_templates(step: Step) -> list[tuple[tuple[str | int, ...], str]]:
+    """Every template string of a step, with its path inside the step (computed once)."""
+    cache = _cache(step)
+    templates: list[tuple[tuple[str | int, ...], str]] | None = cache.get("_templates")
+    if templates is None:
+        templates = cache["_templates"] = list(_scan(step))
+    return templates
+
+
+def _cache(step: Step) -> dict[str, Any]:
+    # The private dict directly: pydantic's __getattr__ for private attributes is slow.
+    cache = step.__pydantic_private__
+    assert cache is not None, "Step declares private attributes"
+    return cache
+
+
+def _scan(step: Step) -> Iterator[tuple[tuple[str | int, ...], str]]:
     yield from find_templates(step.params, ("params",))
     if isinstance(step.when, str):
         yield from find_templates(step.when, ("when",))
@@ -39,6 +61,10 @@ def template_step_refs(template: Template) -> Iterator[str]:
 
 def step_dependencies(step: Step) -> list[str]:
     """`depends_on` plus every step the step's templates read, in first-seen order."""
+    cache = _cache(step)
+    known: list[str] | None = cache.get("_dependencies")
+    if known is not None:
+        return known
     deps = dict.fromkeys(step.depends_on)
     for _, source in step_templates(step):
         try:
@@ -47,7 +73,8 @@ def step_dependencies(step: Step) -> list[str]:
             continue  # validation reports it; a plan that runs has none
         for ref in template_step_refs(template):
             deps[ref] = None
-    return list(deps)
+    known = cache["_dependencies"] = list(deps)
+    return known
 
 
 def build_graph(steps: list[Step]) -> nx.DiGraph[str]:
@@ -58,9 +85,17 @@ def build_graph(steps: list[Step]) -> nx.DiGraph[str]:
     """
     graph: nx.DiGraph[str] = nx.DiGraph()
     ids = {step.id for step in steps}
-    graph.add_nodes_from(step.id for step in steps)
-    for step in steps:
-        for dep in step_dependencies(step):
-            if dep in ids:
-                graph.add_edge(dep, step.id)
+    graph.add_nodes_from([step.id for step in steps])
+    graph.add_edges_from(
+        [(dep, step.id) for step in steps for dep in step_dependencies(step) if dep in ids]
+    )
+    return graph
+
+
+def plan_graph(plan: Plan, section: Literal["steps", "finally"]) -> nx.DiGraph[str]:
+    """The graph of the plan's main steps or `finally` steps, built once per plan."""
+    graph = plan._graphs.get(section)
+    if graph is None:
+        graph = build_graph(plan.steps if section == "steps" else plan.finally_)
+        plan._graphs[section] = graph
     return graph

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import gc
 import importlib
 import json
 import signal
@@ -97,6 +98,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
         registry = _registry(args.plugin)
+        # Everything imported so far lives for the whole process: keep the cyclic collector
+        # from rescanning it on every collection during the run.
+        gc.freeze()
         command = {
             "run": _cmd_run,
             "validate": _cmd_validate,

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from typing import Annotated, Any, Literal, NewType
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 __all__ = [
     "ID_PATTERN",
@@ -37,6 +37,14 @@ Seconds = Annotated[float, Field(gt=0, le=86_400)]
 
 class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    def __eq__(self, other: object) -> bool:
+        # Equal when the fields are: private attributes only cache what the fields imply.
+        if not isinstance(other, BaseModel):
+            return NotImplemented
+        return type(self) is type(other) and self.__dict__ == other.__dict__
+
+    __hash__ = None  # type: ignore[assignment]  # mutable models, as pydantic's own
 
 
 def _default_retry_on() -> list[Literal["error", "timeout"]]:
@@ -106,6 +114,10 @@ class Step(_Model):
             raise ValueError("an agent step takes no 'params'; describe the task in agent.goal")
         return self
 
+    # Derived once from the fields above (engine._graph); a validated plan is not mutated.
+    _templates: list[tuple[tuple[str | int, ...], str]] | None = PrivateAttr(None)
+    _dependencies: list[str] | None = PrivateAttr(None)
+
     @property
     def step_id(self) -> StepId:
         return StepId(self.id)
@@ -162,6 +174,9 @@ class Plan(_Model):
     steps: list[Step] = Field(default_factory=list)
     finally_: list[Step] = Field(default_factory=list, alias="finally")
     outputs: dict[str, Any] = Field(default_factory=dict)
+
+    # The dependency graphs of `steps` and `finally`, once built (engine._graph.plan_graph).
+    _graphs: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def all_steps(self) -> list[Step]:
         """Main steps, then `finally` steps."""

@@ -9,6 +9,7 @@ structurally sound, so one bad step does not hide the problems of the others.
 from __future__ import annotations
 
 import difflib
+import functools
 import itertools
 from collections.abc import Iterable
 from pathlib import Path
@@ -19,6 +20,7 @@ import networkx as nx
 from pydantic import BaseModel, ValidationError
 
 from capabilities import Registry
+from engine._gc import collector_paused
 from engine._graph import build_graph, step_templates
 from engine.diagnostics import Diagnostic, NodePath, SourceMap, did_you_mean
 from engine.errors import PlanValidationError
@@ -63,7 +65,8 @@ def validate_plan(
     """
     checker = _Checker(source, registry)
     checker.problems.extend(source.problems)
-    plan = checker.check(data, require_version=require_version)
+    with collector_paused():
+        plan = checker.check(data, require_version=require_version)
     if checker.problems or plan is None:
         problems = sorted(checker.problems, key=lambda d: (d.line, d.column, d.rule))
         raise PlanValidationError(_unique(problems))
@@ -84,6 +87,7 @@ def _unique(problems: list[Diagnostic]) -> list[Diagnostic]:
 class _Checker:
     def __init__(self, source: SourceMap, registry: Registry) -> None:
         self.raw_ids: dict[str, set[str]] = {}
+        self.graphs: dict[str, nx.DiGraph[str]] = {}
         self.source = source
         self.registry = registry
         self.problems: list[Diagnostic] = []
@@ -139,7 +143,9 @@ class _Checker:
             return None
         main = [s for p, s in steps if p[0] == "steps"]
         final = [s for p, s in steps if p[0] == "finally"]
-        return top.model_copy(update={"steps": main, "finally_": final})
+        plan = top.model_copy(update={"steps": main, "finally_": final})
+        plan._graphs.update(self.graphs)  # built for the cycle check: the executor reuses them
+        return plan
 
     def _model(self, model: type[BaseModel], raw: Any, path: NodePath) -> BaseModel | None:
         try:
@@ -200,7 +206,7 @@ class _Checker:
     def _keys(
         self, mapping: dict[str, Any], path: NodePath, model: type[BaseModel]
     ) -> dict[str, Any]:
-        allowed = [f.alias or name for name, f in model.model_fields.items()]
+        allowed = _allowed_keys(model)
         kept = {}
         for key, value in mapping.items():
             if key in allowed:
@@ -264,7 +270,7 @@ class _Checker:
             visible = main_ids if path[0] == "steps" else main_ids | final_ids
             self._references(path, step, plan, visible, final_ids if path[0] == "steps" else set())
         for section in _SECTIONS:
-            self._cycles([(p, s) for p, s in steps if p[0] == section], ids)
+            self.graphs[section] = self._cycles([(p, s) for p, s in steps if p[0] == section], ids)
         self._outputs(plan, main_ids | final_ids)
 
     def _inputs(self, plan: Plan) -> None:
@@ -514,10 +520,12 @@ class _Checker:
         )
         self.report(path, "unknown-step", f"unknown step '{target}'", hint)
 
-    def _cycles(self, steps: list[tuple[NodePath, Step]], ids: dict[str, NodePath]) -> None:
+    def _cycles(
+        self, steps: list[tuple[NodePath, Step]], ids: dict[str, NodePath]
+    ) -> nx.DiGraph[str]:
         graph = build_graph([s for _, s in steps])
         if nx.is_directed_acyclic_graph(graph):
-            return
+            return graph
         for cycle in itertools.islice(nx.simple_cycles(graph), 10):
             start = min(cycle, key=lambda sid: self.source.locate(ids[sid]))
             order = cycle[cycle.index(start) :] + cycle[: cycle.index(start)]
@@ -528,11 +536,17 @@ class _Checker:
                 f"dependency cycle: {ring}",
                 "remove one of these dependencies (a 'steps.X' reference or a 'depends_on' entry)",
             )
+        return graph
 
     def _outputs(self, plan: Plan, visible: set[str]) -> None:
         for name, value in plan.outputs.items():
             for sub, source in find_templates(value, ("outputs", name)):
                 self._template(sub, source, plan, {"inputs", "steps", "run"}, visible, set())
+
+
+@functools.cache
+def _allowed_keys(model: type[BaseModel]) -> list[str]:
+    return [f.alias or name for name, f in model.model_fields.items()]
 
 
 def _salvage(head: dict[str, Any]) -> Plan | None:

@@ -17,6 +17,7 @@ from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.resolver import VersionedResolver
 
 from capabilities import Registry
+from engine._gc import collector_paused
 from engine.diagnostics import Diagnostic, NodePath, SourceMap
 from engine.errors import RecipeSyntaxError
 from engine.model import Plan
@@ -75,7 +76,8 @@ def parse_recipe_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap
     """
     source = SourceMap(file=file, lines=text.splitlines())
     try:
-        node = _compose(text)
+        with collector_paused():
+            node = _compose(text)
     except MarkedYAMLError as exc:
         raise RecipeSyntaxError([_yaml_error(exc, source)]) from exc
     except YAMLError as exc:
@@ -85,7 +87,8 @@ def parse_recipe_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap
             [source.at((), "empty", "the recipe is empty", "start with 'version: 1'")]
         )
     builder = _Builder(source)
-    data = builder.build(node, ())
+    with collector_paused():
+        data = builder.build(node, ())
     source.problems.extend(builder.problems)  # reported by validation, with the rest
     return data, source
 
