@@ -311,9 +311,12 @@ def measure_overhead(args: argparse.Namespace, registry: Registry) -> dict[str, 
         "baseline_seconds": statistics.median(baseline_seconds),
         "overhead_us_per_step": overhead_us,
         "exec_overhead_us_per_step": exec_us - baseline_us,
+        "validate_exec_overhead_us_per_step": validate_us + exec_us - baseline_us,
         "ratio": engine_us / baseline_us,
         "target_us_per_step": TARGET_US_PER_STEP,
         "target_met": overhead_us <= TARGET_US_PER_STEP,
+        "exec_target_met": exec_us - baseline_us <= TARGET_US_PER_STEP,
+        "validate_exec_target_met": validate_us + exec_us - baseline_us <= TARGET_US_PER_STEP,
     }
 
 
@@ -367,7 +370,10 @@ def profile_engine(args: argparse.Namespace, registry: Registry, limit: int = 25
 
 def report(figures: dict[str, Any]) -> str:
     f = figures
-    met = "MET" if f["target_met"] else "MISSED"
+
+    def verdict(key: str) -> str:
+        return "MET" if f[key] else "MISSED"
+
     vmet = "MET" if f["validate_target_met"] else "MISSED"
     return "\n".join(
         [
@@ -388,10 +394,16 @@ def report(figures: dict[str, Any]) -> str:
             "(cyclic garbage collector, across all three phases)",
             f"bare asyncio baseline:  {f['baseline_us_per_step']:8.1f} µs/step  "
             f"({f['baseline_seconds'] * 1e3:.1f} ms)",
-            f"engine overhead:        {f['overhead_us_per_step']:8.1f} µs/step  "
-            f"(execution only: {f['exec_overhead_us_per_step']:.1f} µs/step)",
-            f"ratio engine/baseline:  {f['ratio']:8.1f}x",
-            f"target ≤ {f['target_us_per_step']:g} µs/step overhead: {met}",
+            f"ratio engine/baseline:  {f['ratio']:8.1f}x  (whole pipeline)",
+            f"overhead against the ≤ {f['target_us_per_step']:g} µs/step target, engine minus "
+            "baseline:",
+            f"  execution (templating, sandbox, events): {f['exec_overhead_us_per_step']:7.1f}"
+            f" µs/step  {verdict('exec_target_met')}",
+            f"  + validation:                            "
+            f"{f['validate_exec_overhead_us_per_step']:7.1f} µs/step  "
+            f"{verdict('validate_exec_target_met')}",
+            f"  + YAML parsing (whole pipeline):         {f['overhead_us_per_step']:7.1f}"
+            f" µs/step  {verdict('target_met')}",
             f"validate {f['validate_steps']}-step recipe: {f['validate_seconds']:.3f} s "
             f"(parse {f['validate_parse_seconds']:.3f} s + validate "
             f"{f['validate_check_seconds']:.3f} s, median of 3, "

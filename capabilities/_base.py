@@ -37,7 +37,7 @@ class EmptyGrant(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-@dataclass(frozen=True)
+@dataclass(slots=True)
 class CallContext:
     """What an action is given besides its params.
 

@@ -119,16 +119,17 @@ class Sandbox:
         events = self.events
         if events is not None:
             events.emit("tool.called", step_id, attempt, action=name, side_effects=side_effects)
-        deadline = asyncio.timeout(limit)
+        deadline: asyncio.Timeout | None = None
         try:
             if action.interruptible:
+                deadline = asyncio.timeout(limit)
                 async with deadline:
                     result = await action.run(model, ctx)
             else:  # an inline synchronous function: a timeout could never fire
                 result = await action.run(model, ctx)
         except TimeoutError as exc:
             error: StepError
-            if deadline.expired():
+            if deadline is not None and deadline.expired():
                 error = StepTimeout(
                     f"{name} timed out after {limit:g} s", step_id=step_id, attempt=attempt
                 )

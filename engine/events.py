@@ -34,7 +34,7 @@ EventKind = Literal[
 ]
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Event:
     """One transition. `data` holds kind-specific fields (status, error, params hash...)."""
 
@@ -57,10 +57,10 @@ class EventBus:
 
     def __init__(self, run_id: str) -> None:
         self.run_id = run_id
-        self.subscribers: list[Subscriber] = []
+        self.subscribers: tuple[Subscriber, ...] = ()
 
     def subscribe(self, subscriber: Subscriber) -> None:
-        self.subscribers.append(subscriber)
+        self.subscribers = (*self.subscribers, subscriber)
 
     def emit(
         self,
@@ -72,11 +72,11 @@ class EventBus:
         if not self.subscribers:
             return
         event = Event(kind, self.run_id, step_id, attempt, time.time(), data)
-        for subscriber in tuple(self.subscribers):
+        for subscriber in self.subscribers:
             try:
                 subscriber(event)
             except Exception:  # a broken view must not break the run
-                self.subscribers.remove(subscriber)
+                self.subscribers = tuple(s for s in self.subscribers if s is not subscriber)
                 structlog.get_logger("planloom").warning(
                     "subscriber.removed", subscriber=repr(subscriber)
                 )
