@@ -125,14 +125,21 @@ def _registry(plugins: list[str]) -> Registry:
     for name in plugins:
         try:
             module = importlib.import_module(name)
-        except ImportError as exc:
-            raise ConfigurationError(f"--plugin {name}: cannot import it ({exc})") from exc
+        except Exception as exc:  # ImportError, or anything the module raises on import
+            raise ConfigurationError(
+                f"--plugin {name}: cannot import it ({type(exc).__name__}: {exc})"
+            ) from exc
         register = getattr(module, "register", None)
         if not callable(register):
             raise ConfigurationError(
                 f"--plugin {name}: the module has no register(registry) function"
             )
-        register(registry)
+        try:
+            register(registry)
+        except Exception as exc:  # a broken plugin is a configuration problem, not a crash
+            raise ConfigurationError(
+                f"--plugin {name}: register() failed: {type(exc).__name__}: {exc}"
+            ) from exc
     return registry
 
 

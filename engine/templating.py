@@ -4,7 +4,9 @@ A string that is exactly one `${{ expr }}` evaluates to the expression's value w
 type (a list stays a list); any other string containing `${{` renders to text. Plain dotted
 references (`steps.log.output.stdout`) are evaluated without Jinja when every hop is a plain
 dict key or list index, which keeps templating off the per-step hot path; anything else goes
-through the sandbox, with the same result.
+through the sandbox, with the same result. Besides Jinja's own, templates have the tests
+`match` and `search` (regex) and the filters `regex_replace`, `fromjson`, `basename` and
+`split`; an unknown filter or test is reported when the plan is validated.
 """
 
 from __future__ import annotations
@@ -61,6 +63,10 @@ def _basename(value: str) -> str:
     return posixpath.basename(value)
 
 
+def _split(value: str, separator: str | None = None, maxsplit: int = -1) -> list[str]:
+    return value.split(separator, maxsplit)
+
+
 _env = ImmutableSandboxedEnvironment(
     variable_start_string="${{",
     variable_end_string="}}",
@@ -75,7 +81,19 @@ _env = ImmutableSandboxedEnvironment(
 )
 # Helpers recipes keep needing (as in Ansible and GitHub Actions): regex tests and filters.
 _env.tests.update(match=_match, search=_search)
-_env.filters.update(regex_replace=_regex_replace, fromjson=_fromjson, basename=_basename)
+_env.filters.update(
+    regex_replace=_regex_replace, fromjson=_fromjson, basename=_basename, split=_split
+)
+
+
+def filter_names() -> list[str]:
+    """Every filter a template may use."""
+    return sorted(_env.filters)
+
+
+def test_names() -> list[str]:
+    """Every test a template may use."""
+    return sorted(_env.tests)
 
 
 @dataclass
@@ -86,6 +104,8 @@ class Template:
     expression: str | None
     references: list[Reference] = field(default_factory=list)
     locals: set[str] = field(default_factory=set)
+    unknown_filters: list[str] = field(default_factory=list)
+    unknown_tests: list[str] = field(default_factory=list)
     _path: tuple[str, tuple[str | int, ...]] | None = None
 
     @classmethod
@@ -103,9 +123,19 @@ class Template:
         if expression is not None and _PATH.match(expression):
             root, parts = _split_path(expression)
             if root not in _NOT_NAMES:
-                return cls(source, expression, [(root, *parts)], set(), (root, parts))
-        references, local_names = _references(_env.parse(source))
-        return cls(source, expression, references, local_names)
+                return cls(source, expression, [(root, *parts)], _path=(root, parts))
+        tree = _env.parse(source)
+        references, local_names = _references(tree)
+        template = cls(source, expression, references, local_names)
+        # Jinja looks filter and test names up only when compiling: check them here, so
+        # validation reports them instead of the run failing later.
+        template.unknown_filters = sorted(
+            {n.name for n in tree.find_all(nodes.Filter) if n.name not in _env.filters}
+        )
+        template.unknown_tests = sorted(
+            {n.name for n in tree.find_all(nodes.Test) if n.name not in _env.tests}
+        )
+        return template
 
     def render(self, context: Mapping[str, Any]) -> Any:
         """Evaluate against `context`.

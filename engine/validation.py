@@ -34,7 +34,7 @@ from engine.model import (
     RetryPolicy,
     Step,
 )
-from engine.templating import Template, find_templates
+from engine.templating import Template, filter_names, find_templates, test_names
 
 __all__ = ["validate_plan"]
 
@@ -476,6 +476,17 @@ class _Checker:
                 "templates look like ${{ steps.ID.output }} or ${{ inputs.NAME }}",
             )
             return
+        for kind, unknown, known in (
+            ("filter", template.unknown_filters, filter_names()),
+            ("test", template.unknown_tests, test_names()),
+        ):
+            for name in unknown:
+                self.report(
+                    path,
+                    f"unknown-{kind}",
+                    f"unknown {kind} '{name}'",
+                    did_you_mean(name, known) or f"{kind}s: {', '.join(known)}",
+                )
         for ref in template.references:
             root = str(ref[0])
             if root not in names:

@@ -1569,3 +1569,27 @@ def test_cli_validate_a_valid_recipe(tmp_path: Path) -> None:
     assert (result.returncode, json.loads(result.stdout)) == (0, [])
     text = _planloom("validate", "r.yaml", cwd=tmp_path)
     assert (text.returncode, text.stdout) == (0, "r.yaml: ok (1 step)\n")
+
+
+# -- unknown-filter, unknown-test ------------------------------------------------------------
+
+
+def test_unknown_filter_and_test_are_reported_before_anything_runs(check: Check) -> None:
+    diags = check(
+        """
+        version: 1
+        capabilities: {fs: {}}
+        steps:
+          - id: a
+            tool: fs.read
+            params: {path: "${{ 'x' | uper }}"}
+          - id: b
+            tool: fs.read
+            params: {path: x}
+            when: ${{ 'x' is mach('y') }}
+        """
+    )
+    assert pairs(diags) == [
+        ("r.yaml:6:20: error[unknown-filter]: unknown filter 'uper'", "did you mean 'upper'?"),
+        ("r.yaml:10:11: error[unknown-test]: unknown test 'mach'", "did you mean 'match'?"),
+    ]
