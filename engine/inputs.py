@@ -100,17 +100,7 @@ def _parse(name: str, spec: InputSpec, raw: str) -> Any:
 
 
 def _check(name: str, spec: InputSpec, value: Any) -> None:
-    kinds: dict[str, tuple[type, ...]] = {
-        "string": (str,),
-        "integer": (int,),
-        "number": (int, float),
-        "boolean": (bool,),
-        "array": (list,),
-        "object": (dict,),
-    }
-    ok = isinstance(value, kinds[spec.type]) and not (
-        isinstance(value, bool) and spec.type in {"integer", "number"}
-    )
+    ok = spec.accepts(value)
     if not ok:
         raise InputError(f"input '{name}' must be {spec.type}, got {type(value).__name__}")
     if spec.enum is not None and value not in spec.enum:

@@ -124,6 +124,14 @@ class Step(_Model):
 
 
 JsonType = Literal["string", "integer", "number", "boolean", "array", "object"]
+_JSON_KINDS: dict[str, tuple[type, ...]] = {
+    "string": (str,),
+    "integer": (int,),
+    "number": (int, float),
+    "boolean": (bool,),
+    "array": (list,),
+    "object": (dict,),
+}
 
 
 class InputSpec(_Model):
@@ -137,6 +145,13 @@ class InputSpec(_Model):
     @property
     def required(self) -> bool:
         return "default" not in self.model_fields_set
+
+    def accepts(self, value: Any) -> bool:
+        """Whether `value` is of this input's JSON type (a boolean is not a number)."""
+        kinds = _JSON_KINDS[self.type]
+        if isinstance(value, bool) and bool not in kinds:
+            return False
+        return isinstance(value, kinds)
 
 
 class LLMSettings(_Model):

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
 
@@ -28,18 +28,7 @@ StepStatus = Literal[
 ]
 RunStatus = Literal["succeeded", "failed", "rejected", "cancelled"]
 
-TERMINAL: frozenset[str] = frozenset(
-    {
-        "succeeded",
-        "fallback",
-        "failed_acceptable",
-        "failed",
-        "skipped",
-        "denied",
-        "cancelled",
-        "pending",
-    }
-)
+TERMINAL: frozenset[str] = frozenset(get_args(StepStatus))
 """Every status a step can end a run with (`pending` = never reached)."""
 
 BLOCKING: frozenset[str] = frozenset({"failed", "denied"})

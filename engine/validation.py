@@ -40,14 +40,6 @@ __all__ = ["validate_plan"]
 
 STEP_FIELDS = ("output", "status", "error", "attempts")
 _SECTIONS = ("steps", "finally")
-_JSON_TYPES: dict[str, tuple[type, ...]] = {
-    "string": (str,),
-    "integer": (int,),
-    "number": (int, float),
-    "boolean": (bool,),
-    "array": (list,),
-    "object": (dict,),
-}
 
 
 def validate_plan(
@@ -275,16 +267,15 @@ class _Checker:
 
     def _inputs(self, plan: Plan) -> None:
         for name, spec in plan.inputs.items():
-            kinds = _JSON_TYPES[spec.type]
             path = ("inputs", name)
-            if not spec.required and spec.default is not None and not _is_type(spec.default, kinds):
+            if not spec.required and spec.default is not None and not spec.accepts(spec.default):
                 self.report(
                     (*path, "default"),
                     "bad-default",
                     f"default of input '{name}' is not of type {spec.type}",
                 )
             for value in spec.enum or []:
-                if not _is_type(value, kinds):
+                if not spec.accepts(value):
                     self.report(
                         (*path, "enum"),
                         "bad-value",
@@ -658,12 +649,6 @@ def _kind(value: Any) -> str:
         list: "a list",
         dict: "a mapping",
     }.get(type(value), type(value).__name__)
-
-
-def _is_type(value: Any, kinds: tuple[type, ...]) -> bool:
-    if isinstance(value, bool) and bool not in kinds:
-        return False
-    return isinstance(value, kinds)
 
 
 def _dotted(loc: Iterable[str | int]) -> str:
