@@ -17,9 +17,10 @@ __all__ = [
 
 def default_registry() -> Registry:
     """A registry holding every built-in capability."""
-    from capabilities import fs, shell
+    from capabilities import fs, human, shell
 
     registry = Registry()
     fs.register(registry)
     shell.register(registry)
+    human.register(registry)
     return registry

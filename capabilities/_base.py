@@ -22,6 +22,7 @@ from engine.errors import UsageError
 
 __all__ = [
     "Action",
+    "Asker",
     "CallContext",
     "EmptyGrant",
     "Family",
@@ -29,6 +30,9 @@ __all__ = [
 ]
 
 P = TypeVar("P", bound=BaseModel)
+
+Asker = Callable[[str, BaseModel], Awaitable[Any]]
+"""`ask(step_id, question)`: the person's answer to a `human.ask` question."""
 
 
 class EmptyGrant(BaseModel):
@@ -46,12 +50,14 @@ class CallContext:
         base_dir: the recipe file's folder; relative grant paths resolve against it.
         timeout: seconds this call may take; the sandbox also enforces it from outside.
         step_id: the calling step, for messages.
+        ask: puts a typed question to the person (`human.ask`); None when nobody can answer.
     """
 
     grant: BaseModel
     base_dir: Path
     timeout: float
     step_id: str | None = None
+    ask: Asker | None = None
 
 
 @dataclass(frozen=True)

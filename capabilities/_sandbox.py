@@ -16,8 +16,9 @@ from typing import Any, Literal
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from capabilities._base import Action, CallContext, Registry
+from capabilities._base import Action, Asker, CallContext, Registry
 from engine.errors import (
+    ApprovalDenied,
     BudgetExceeded,
     CapabilityDenied,
     StepError,
@@ -46,6 +47,7 @@ class Sandbox:
     events: EventBus | None = None
     default_timeout: float = 30.0
     max_tool_calls: int | None = None
+    ask: Asker | None = None
     calls: int = 0
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
 
@@ -84,6 +86,53 @@ class Sandbox:
             StepFailed: it failed.
             BudgetExceeded: the run's tool-call budget is used up.
         """
+        try:
+            action, grant, model = self._admit(name, params, step_id)
+            self._spend(step_id)
+            side_effects = action.has_side_effects(model)
+            gated = confirm == "always" or (confirm == "auto" and side_effects)
+            if self.gate is not None and gated:
+                await self.gate(step_id, name, params, _gate_reason(side_effects))
+        except StepError as exc:  # refused before anything ran
+            self._audit(name, step_id, attempt, "denied", exc)
+            raise
+        limit = timeout if timeout is not None else self.default_timeout
+        ctx = CallContext(
+            grant=grant, base_dir=self.base_dir, timeout=limit, step_id=step_id, ask=self.ask
+        )
+        events = self.events
+        if events is not None:
+            events.emit(
+                "tool.called",
+                step_id,
+                attempt,
+                action=name,
+                decision="allowed",
+                rule=f"grant.{action.family}",
+                side_effects=side_effects,
+            )
+        try:
+            result = await _execute(action, model, ctx)
+            output = _jsonable(name, result)
+        except StepError as exc:
+            exc.step_id = exc.step_id or step_id
+            exc.attempt = exc.attempt or attempt
+            self._audit(name, step_id, attempt, "allowed", exc)
+            raise
+        if events is not None:
+            events.emit(
+                "tool.finished",
+                step_id,
+                attempt,
+                action=name,
+                decision="allowed",
+                rule=f"grant.{action.family}",
+                outcome="ok",
+            )
+        return output
+
+    def _admit(self, name: str, params: Any, step_id: str) -> tuple[Action[Any], BaseModel, Any]:
+        """The grant check and the params schema: the action, its grant and its params."""
         action = self.action(name)
         grant = self._grants.get(action.family)
         if grant is None:
@@ -101,8 +150,13 @@ class Sandbox:
                 for e in exc.errors(include_url=False)
             )
             raise CapabilityDenied(
-                f"bad params for {name}: {problems}", rule="params-schema", step_id=step_id
+                f"bad params for {name}: {problems[:2000]}",
+                rule="params-schema",
+                step_id=step_id,
             ) from None
+        return action, grant, model
+
+    def _spend(self, step_id: str) -> None:
         if self.max_tool_calls is not None and self.calls >= self.max_tool_calls:
             raise BudgetExceeded(
                 f"the run used all {self.max_tool_calls} tool calls (limits.max_tool_calls)",
@@ -110,74 +164,62 @@ class Sandbox:
                 step_id=step_id,
             )
         self.calls += 1
-        side_effects = action.has_side_effects(model)
-        if self.gate is not None and (confirm == "always" or (confirm == "auto" and side_effects)):
-            reason = "has side effects" if side_effects else "confirm: always"
-            await self.gate(step_id, name, params, reason)
-        limit = timeout if timeout is not None else self.default_timeout
-        ctx = CallContext(grant=grant, base_dir=self.base_dir, timeout=limit, step_id=step_id)
-        events = self.events
-        if events is not None:
-            events.emit("tool.called", step_id, attempt, action=name, side_effects=side_effects)
-        deadline: asyncio.Timeout | None = None
-        try:
-            if action.interruptible:
-                deadline = asyncio.timeout(limit)
-                async with deadline:
-                    result = await action.run(model, ctx)
-            else:  # an inline synchronous function: a timeout could never fire
-                result = await action.run(model, ctx)
-        except TimeoutError as exc:
-            error: StepError
-            if deadline is not None and deadline.expired():
-                error = StepTimeout(
-                    f"{name} timed out after {limit:g} s", step_id=step_id, attempt=attempt
-                )
-            else:  # the tool's own timeout (a socket, a lock): an ordinary failure
-                error = StepFailed(
-                    f"{name} raised TimeoutError: {exc}", step_id=step_id, attempt=attempt
-                )
-            self._audit(name, step_id, attempt, error)
-            raise error from None
-        except StepError as exc:
-            exc.step_id = exc.step_id or step_id
-            exc.attempt = exc.attempt or attempt
-            self._audit(name, step_id, attempt, exc)
-            raise
-        except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is None or task.cancelling():
-                raise
-            error = StepFailed(
-                f"{name} raised CancelledError without being cancelled",
-                step_id=step_id,
-                attempt=attempt,
-            )
-            self._audit(name, step_id, attempt, error)
-            raise error from None
-        except Exception as exc:  # a user function or action bug is that call's failure
-            error = StepFailed(
-                f"{name} raised {type(exc).__name__}: {exc}", step_id=step_id, attempt=attempt
-            )
-            self._audit(name, step_id, attempt, error)
-            raise error from exc
-        output = _jsonable(name, result)
-        if events is not None:
-            events.emit("tool.finished", step_id, attempt, action=name, outcome="ok")
-        return output
 
-    def _audit(self, name: str, step_id: str, attempt: int, error: StepError) -> None:
+    def _audit(
+        self, name: str, step_id: str, attempt: int, decision: str, error: StepError
+    ) -> None:
+        """One event per refused or failed call, naming the rule that decided."""
         if self.events is not None:
-            rule = getattr(error, "rule", None)
             self.events.emit(
                 "tool.finished",
                 step_id,
                 attempt,
                 action=name,
+                decision=decision,
+                rule=_rule(error),
                 outcome=type(error).__name__,
-                rule=rule,
                 error=error.message,
             )
+
+
+def _gate_reason(side_effects: bool) -> str:
+    return "has side effects" if side_effects else "confirm: always"
+
+
+def _rule(error: StepError) -> str:
+    if isinstance(error, CapabilityDenied):
+        return error.rule
+    if isinstance(error, ApprovalDenied):
+        return "gate"
+    if isinstance(error, BudgetExceeded):
+        return f"budget.{error.limit}"
+    return "runtime"
+
+
+async def _execute(action: Action[Any], model: Any, ctx: CallContext) -> Any:
+    """Run the action within its timeout; every failure becomes a `StepError`."""
+    name, limit = action.name, ctx.timeout
+    deadline: asyncio.Timeout | None = None
+    try:
+        if not action.interruptible:  # an inline synchronous function: no timeout can fire
+            return await action.run(model, ctx)
+        deadline = asyncio.timeout(limit)
+        async with deadline:
+            return await action.run(model, ctx)
+    except TimeoutError as exc:
+        if deadline is not None and deadline.expired():
+            raise StepTimeout(f"{name} timed out after {limit:g} s") from None
+        # the tool's own timeout (a socket, a lock): an ordinary failure
+        raise StepFailed(f"{name} raised TimeoutError: {exc}") from None
+    except StepError:
+        raise
+    except asyncio.CancelledError:
+        task = asyncio.current_task()
+        if task is None or task.cancelling():
+            raise
+        raise StepFailed(f"{name} raised CancelledError without being cancelled") from None
+    except Exception as exc:  # a user function or action bug is that call's failure
+        raise StepFailed(f"{name} raised {type(exc).__name__}: {exc}") from exc
 
 
 def _jsonable(name: str, result: Any) -> Any:

@@ -24,7 +24,7 @@ import secrets
 import stat
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal, TypeAlias
+from typing import Annotated, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -96,6 +96,10 @@ class FsGrant(BaseModel):
         return value
 
 
+# PATH_MAX: a longer path cannot name a file, and would be echoed back in messages.
+PathParam = Annotated[str, Field(max_length=4096)]
+
+
 class _Params(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -103,7 +107,7 @@ class _Params(BaseModel):
 class ReadParams(_Params):
     """Params of `fs.read`."""
 
-    path: str
+    path: PathParam
 
 
 class ReadResult(BaseModel):
@@ -117,7 +121,7 @@ class ReadResult(BaseModel):
 class WriteParams(_Params):
     """Params of `fs.write`."""
 
-    path: str
+    path: PathParam
     content: str
     create_dirs: bool = True
 
@@ -136,7 +140,7 @@ class WriteResult(BaseModel):
 class DeleteParams(_Params):
     """Params of `fs.delete` (regular files only)."""
 
-    path: str
+    path: PathParam
     missing_ok: bool = False
 
 
@@ -150,7 +154,7 @@ class DeleteResult(BaseModel):
 class ListParams(_Params):
     """Params of `fs.list`."""
 
-    path: str = "."
+    path: PathParam = "."
     recursive: bool = False
     max_depth: int = Field(default=8, ge=1, le=64)
     max_entries: int = Field(default=10_000, ge=1, le=1_000_000)
@@ -176,7 +180,7 @@ class SearchParams(_Params):
     """Params of `fs.search`; `glob` is matched against paths relative to `path`."""
 
     pattern: str
-    path: str = "."
+    path: PathParam = "."
     glob: str = "**/*"
     max_matches: int = Field(default=1000, ge=1, le=100_000)
     max_depth: int = Field(default=8, ge=1, le=64)

@@ -20,7 +20,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from engine.errors import ApprovalDenied
+from capabilities.human import Question, parse_answer
+from engine.errors import ApprovalDenied, StepFailed
 from engine.results import Decision
 
 __all__ = [
@@ -52,9 +53,25 @@ class GateRequest(BaseModel):
 
 
 class Approver(Protocol):
-    """Decides gated calls. Implementations must not raise for a normal "no"."""
+    """Decides gated calls and answers `human.ask` questions.
+
+    `decide` must not raise for a normal "no"; `answer` raises `StepFailed` when it cannot
+    answer.
+    """
 
     async def decide(self, request: GateRequest) -> Decision: ...
+
+    async def answer(self, step_id: str, question: Question) -> Any: ...
+
+
+def _unattended(question: Question, who: str) -> Any:
+    """The answer when nobody is at a terminal: the question's default, if it has one."""
+    if question.has_default:
+        return question.default
+    raise StepFailed(
+        f"human.ask: nobody to answer {question.question!r} ({who}) and the question has "
+        "no default; run in a terminal to answer it, or give it a default"
+    )
 
 
 class ApproveAll:
@@ -62,6 +79,9 @@ class ApproveAll:
 
     async def decide(self, request: GateRequest) -> Decision:
         return _decision(request, True, "--yes")
+
+    async def answer(self, step_id: str, question: Question) -> Any:
+        return _unattended(question, "--yes")
 
 
 class DenyAll:
@@ -72,6 +92,9 @@ class DenyAll:
 
     async def decide(self, request: GateRequest) -> Decision:
         return _decision(request, False, "--no", self.reason)
+
+    async def answer(self, step_id: str, question: Question) -> Any:
+        return _unattended(question, "--no")
 
 
 class FailClosed:
@@ -84,6 +107,9 @@ class FailClosed:
 
     async def decide(self, request: GateRequest) -> Decision:
         return _decision(request, False, "fail-closed", self.reason)
+
+    async def answer(self, step_id: str, question: Question) -> Any:
+        return _unattended(question, "no terminal")
 
 
 class TerminalApprover:
@@ -107,6 +133,30 @@ class TerminalApprover:
             answer = await _ask_in_thread(prompt)
         approved = answer.strip().lower() in {"y", "yes"}
         return _decision(request, approved, "terminal", None if approved else "answered no")
+
+    async def answer(self, step_id: str, question: Question) -> Any:
+        hint = {
+            "boolean": " [y/n]",
+            "integer": " (a whole number)",
+            "number": " (a number)",
+            "choice": "",
+            "string": "",
+        }[question.type]
+        lines = [f"\nstep '{step_id}' asks: {question.question}{hint}"]
+        for index, choice in enumerate(question.choices or [], start=1):
+            lines.append(f"  {index}. {choice}")
+        default = f" [{question.default}]" if question.has_default else ""
+        prompt = "\n".join(lines) + f"\n>{default} "
+        with self.pause():
+            for _ in range(3):
+                text = await _ask_in_thread(prompt)
+                if not text.strip() and question.has_default:
+                    return question.default
+                try:
+                    return parse_answer(question, text)
+                except ValueError as exc:
+                    prompt = f"{exc}\n>{default} "
+        raise StepFailed(f"human.ask: no valid answer to {question.question!r} after 3 tries")
 
 
 async def _ask_in_thread(prompt: str) -> str:
@@ -157,6 +207,11 @@ class Gatekeeper:
         self.decisions: list[Decision] = []
         self._cache: dict[tuple[str, str, str], Decision] = {}
         self._lock = asyncio.Lock()
+
+    async def ask(self, step_id: str, question: Question) -> Any:
+        """The person's answer to a `human.ask` question (one question at a time)."""
+        async with self._lock:
+            return await self.approver.answer(step_id, question)
 
     async def check(self, step_id: str, action: str, params: Any, reason: str) -> Decision:
         """Return the approval, or raise `ApprovalDenied` with the approver's reason."""

@@ -78,6 +78,17 @@ class InputError(ConfigurationError):
     """A run input does not fit the recipe's declared `inputs`."""
 
 
+MAX_MESSAGE = 4000
+"""Longest error message kept: messages quote params, and params can be megabytes."""
+
+
+def _bounded(message: str) -> str:
+    if len(message) <= MAX_MESSAGE:
+        return message
+    cut = len(message) - MAX_MESSAGE
+    return f"{message[: MAX_MESSAGE // 2]}…[{cut} characters cut]…{message[-MAX_MESSAGE // 2 :]}"
+
+
 class StepError(PlanloomError):
     """Something went wrong in one attempt of one step.
 
@@ -92,6 +103,7 @@ class StepError(PlanloomError):
     retryable = True
 
     def __init__(self, message: str, *, step_id: str | None = None, attempt: int | None = None):
+        message = _bounded(message)
         super().__init__(message)
         self.message = message
         self.step_id = step_id

@@ -31,6 +31,7 @@ EventKind = Literal[
     "tool.called",
     "tool.finished",
     "gate.decided",
+    "human.answered",
 ]
 
 

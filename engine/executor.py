@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from pydantic import BaseModel
 from tenacity import (
     AsyncRetrying,
     retry_if_exception,
@@ -27,6 +28,7 @@ from tenacity import (
 )
 
 from capabilities import Registry, Sandbox
+from capabilities.human import Question
 from engine._graph import plan_graph
 from engine._scheduler import Scheduler
 from engine.approval import Approver, FailClosed, Gatekeeper
@@ -116,6 +118,7 @@ class Executor:
             events=self.events,
             default_timeout=plan.limits.timeout,
             max_tool_calls=plan.limits.max_tool_calls,
+            ask=self._ask,
         )
         self.sleep = sleep
         self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
@@ -378,6 +381,12 @@ class Executor:
             raise
         self.events.emit("attempt.finished", step.id, attempt, outcome="ok")
         return output
+
+    async def _ask(self, step_id: str, question: BaseModel) -> Any:
+        assert isinstance(question, Question)
+        answer = await self.gatekeeper.ask(step_id, question)
+        self.events.emit("human.answered", step_id, question=question.question)
+        return answer
 
     async def _gate(self, step_id: str, action: str, params: Any, reason: str) -> None:
         decision = await self.gatekeeper.check(step_id, action, params, reason)

@@ -27,10 +27,11 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from capabilities import Action, CallContext, Family, Registry
-from engine.approval import Approver
+from capabilities.human import Question
+from engine.approval import Approver, GateRequest
 from engine.errors import StepFailed
 from engine.executor import Executor, Sleep
-from engine.results import RunResult
+from engine.results import Decision, RunResult
 from engine.validation import validate_plan
 
 __all__ = [
@@ -38,6 +39,7 @@ __all__ = [
     "Fail",
     "Hang",
     "Raise",
+    "ScriptedApprover",
     "ScriptedTools",
     "Sleep",
     "Wait",
@@ -156,6 +158,41 @@ async def _play(behaviour: Any) -> Any:
     if isinstance(behaviour, Raise):
         raise behaviour.exception
     return behaviour
+
+
+@dataclass
+class ScriptedApprover:
+    """An approver for tests: gate decisions and `human.ask` answers given per step.
+
+    `decisions` maps a step id to True (approve), False (deny) or a string (deny with that
+    reason); steps not listed are denied. `answers` maps a step id to the answers its
+    questions get, in order. Every request and question is recorded.
+    """
+
+    decisions: dict[str, bool | str] = field(default_factory=dict)
+    answers: dict[str, list[Any]] = field(default_factory=dict)
+    requests: list[GateRequest] = field(default_factory=list)
+    questions: list[tuple[str, Question]] = field(default_factory=list)
+
+    async def decide(self, request: GateRequest) -> Decision:
+        self.requests.append(request)
+        verdict = self.decisions.get(request.step_id, False)
+        reason = verdict if isinstance(verdict, str) else None
+        return Decision(
+            step_id=request.step_id,
+            action=request.action,
+            params_hash=request.params_hash,
+            approved=verdict is True,
+            by="script",
+            reason=reason if verdict is not True else None,
+        )
+
+    async def answer(self, step_id: str, question: Question) -> Any:
+        self.questions.append((step_id, question))
+        queue = self.answers.get(step_id)
+        if not queue:
+            raise StepFailed(f"human.ask: the script has no answer for step '{step_id}'")
+        return queue.pop(0)
 
 
 async def instant_sleep(seconds: float) -> None:
