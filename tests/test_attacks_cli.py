@@ -1,0 +1,221 @@
+"""The attack battery driven through a recipe and the real CLI.
+
+Every attack is one step of one recipe run with `on_failure: continue` and `--yes` (so
+gates do not hide what the sandbox itself refuses). Each step must end `failed` with the
+denying rule in its error; a last, harmless step proves the run went on; the exit code is
+1; and nothing happened outside the jail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, NamedTuple
+
+import pytest
+from ruamel.yaml import YAML
+
+PLANLOOM = str(Path(sys.executable).parent / "planloom")
+SECRET = "outside-secret-2b7f\n"
+
+
+class Attack(NamedTuple):
+    id: str
+    tool: str
+    params: dict[str, Any]
+    rule: str  # the text that must appear in the step's error
+
+
+FS_ATTACKS = [
+    Attack("a1_dotdot", "fs.read", {"path": "../../secret.txt"}, "fs.outside-root"),
+    Attack("a2_absolute", "fs.read", {"path": "/etc/passwd"}, "fs.absolute-path"),
+    Attack("a3_sub_dotdot", "fs.read", {"path": "sub/../../secret.txt"}, "fs.outside-root"),
+    Attack("a4_sibling", "fs.read", {"path": "../J2/x.txt"}, "fs.outside-root"),
+    Attack("a5_file_link", "fs.read", {"path": "link"}, "fs.symlink"),
+    Attack("a5_abs_link", "fs.read", {"path": "abs"}, "fs.symlink"),
+    Attack("a6_hardlink", "fs.read", {"path": "hard"}, "fs.hardlink"),
+    Attack("a7_dir_link", "fs.read", {"path": "dirlink/secret.txt"}, "fs.symlink"),
+    Attack("a8_write_link", "fs.write", {"path": "link", "content": "x"}, "fs.symlink"),
+    Attack("a9_dangling", "fs.write", {"path": "new", "content": "x"}, "fs.symlink"),
+    Attack("a11_nul", "fs.read", {"path": "ok.txt\x00../../etc/passwd"}, "fs.nul-byte"),
+    Attack("a13_fifo", "fs.read", {"path": "fifo"}, "fs.not-regular"),
+    Attack(
+        "a16_git_hook",
+        "fs.write",
+        {"path": ".git/hooks/pre-commit", "content": "x"},
+        "fs.protected",
+    ),
+    Attack("a16_env", "fs.write", {"path": ".ENV", "content": "x"}, "fs.protected"),
+]
+
+# Values only known at run time (templates), so the run-time gate decides, not validation.
+POLICY_ATTACKS = [
+    Attack("e9_extra_field", "fs.read", {"path": "ok.txt", "mode": "${{ 'r' }}"}, "params-schema"),
+    Attack("e9_wrong_type", "fs.read", {"path": "${{ ['ok.txt'] }}"}, "params-schema"),
+    Attack("e9_ten_megabytes", "fs.read", {"path": "${{ 'x' * 10000000 }}"}, "params-schema"),
+]
+
+READ_ONLY_ATTACKS = [
+    Attack(
+        "e8_write_with_read_grant",
+        "fs.write",
+        {"path": "x.txt", "content": "x"},
+        "fs.write-not-granted",
+    ),
+    Attack("e8_delete_with_read_grant", "fs.delete", {"path": "ok.txt"}, "fs.write-not-granted"),
+]
+
+BATTERIES = {
+    "filesystem": (FS_ATTACKS, {"fs": {"root": "J", "read": True, "write": True}}),
+    "policy": (POLICY_ATTACKS, {"fs": {"root": "J", "read": True, "write": True}}),
+    "read-only": (READ_ONLY_ATTACKS, {"fs": {"root": "J", "read": True}}),
+}
+
+
+def build_jail(root: Path) -> Path:
+    jail = root / "J"
+    (jail / "sub").mkdir(parents=True)
+    (jail / "ok.txt").write_text("ok\n")
+    (root / "J2").mkdir()
+    (root / "J2" / "x.txt").write_text("sibling\n")
+    (root / "secret.txt").write_text(SECRET)
+    (jail / "link").symlink_to("../secret.txt")
+    (jail / "abs").symlink_to("/etc/passwd")
+    os.link(root / "secret.txt", jail / "hard")
+    (jail / "dirlink").symlink_to("..")
+    (jail / "new").symlink_to(root / "evil.txt")
+    os.mkfifo(jail / "fifo")
+    (jail / ".git" / "hooks").mkdir(parents=True)
+    return jail
+
+
+def snapshot(root: Path, jail: Path) -> dict[str, bytes]:
+    """Every regular file outside the jail, with its content."""
+    files = {}
+    for path in sorted(root.rglob("*")):
+        if jail in path.parents or path == jail or not path.is_file() or path.is_symlink():
+            continue
+        files[str(path.relative_to(root))] = path.read_bytes()
+    return files
+
+
+def recipe(attacks: list[Attack], grants: dict[str, Any]) -> dict[str, Any]:
+    steps: list[dict[str, Any]] = [
+        {"id": a.id, "tool": a.tool, "params": a.params} for a in attacks
+    ]
+    steps.append(
+        {
+            "id": "still_running",
+            "tool": "fs.read",
+            "params": {"path": "ok.txt"},
+            "depends_on": [a.id for a in attacks],
+        }
+    )
+    return {
+        "version": 1,
+        "name": "attacks",
+        "on_failure": "continue",
+        "capabilities": grants,
+        "steps": steps,
+    }
+
+
+def run_battery(tmp_path: Path, attacks: list[Attack], grants: dict[str, Any]) -> dict[str, Any]:
+    path = tmp_path / "attacks.yaml"
+    with path.open("w") as handle:
+        YAML().dump(recipe(attacks, grants), handle)
+    done = subprocess.run(
+        [PLANLOOM, "run", str(path), "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == 1, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def assert_refused(result: dict[str, Any], attacks: list[Attack]) -> None:
+    assert result["status"] == "failed"
+    wrong = {
+        a.id: result["steps"][a.id]
+        for a in attacks
+        if result["steps"][a.id]["status"] != "failed"
+        or a.rule not in result["steps"][a.id]["error"]
+    }
+    assert wrong == {}, json.dumps(wrong, indent=1)[:4000]
+    # a skipped dependent would mean the run stopped; depends_on failed steps under continue
+    # are skipped, so the harmless step must be skipped *because of* the failures, not
+    # because the run crashed:
+    assert result["steps"]["still_running"]["status"] == "skipped"
+
+
+@pytest.mark.parametrize("battery", sorted(BATTERIES))
+def test_battery_through_the_cli(tmp_path: Path, battery: str) -> None:
+    attacks, grants = BATTERIES[battery]
+    jail = build_jail(tmp_path)
+    before = snapshot(tmp_path, jail)
+    result = run_battery(tmp_path, attacks, grants)
+    assert_refused(result, attacks)
+    after = snapshot(tmp_path, jail)
+    after.pop("attacks.yaml", None)
+    before.pop("attacks.yaml", None)
+    assert after == before  # nothing outside the jail was created or changed
+    assert not (tmp_path / "evil.txt").exists()
+    outputs = json.dumps(result)
+    assert SECRET.strip() not in outputs
+    assert "root:x:0:0" not in outputs
+    assert (jail / "ok.txt").read_text() == "ok\n"
+
+
+def test_ungranted_and_unknown_tools_are_refused_before_anything_runs(tmp_path: Path) -> None:
+    build_jail(tmp_path)
+    doc = recipe(
+        [
+            Attack("e8_shell_not_granted", "shell.run", {"argv": ["touch", "../pwned"]}, ""),
+            Attack("e8_unknown_tool", "fs.exec", {"path": "ok.txt"}, ""),
+        ],
+        {"fs": {"root": "J", "read": True}},
+    )
+    path = tmp_path / "r.yaml"
+    with path.open("w") as handle:
+        YAML().dump(doc, handle)
+    done = subprocess.run(
+        [PLANLOOM, "run", str(path), "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 2
+    rules = sorted(e["rule"] for e in json.loads(done.stdout)["errors"])
+    assert rules == ["not-granted", "unknown-tool"]
+    assert not (tmp_path / "pwned").exists()
+
+
+def test_an_independent_step_keeps_running_after_attacks(tmp_path: Path) -> None:
+    build_jail(tmp_path)
+    doc = recipe(FS_ATTACKS[:3], {"fs": {"root": "J", "read": True}})
+    doc["steps"].append({"id": "independent", "tool": "fs.read", "params": {"path": "ok.txt"}})
+    path = tmp_path / "r.yaml"
+    with path.open("w") as handle:
+        YAML().dump(doc, handle)
+    done = subprocess.run(
+        [PLANLOOM, "run", str(path), "--yes", "--json"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+    )
+    result = json.loads(done.stdout)
+    assert done.returncode == 1
+    assert result["steps"]["independent"]["status"] == "succeeded"
+    assert result["steps"]["independent"]["output"]["content"] == "ok\n"
