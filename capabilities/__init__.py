@@ -17,10 +17,11 @@ __all__ = [
 
 def default_registry() -> Registry:
     """A registry holding every built-in capability."""
-    from capabilities import fs, human, shell
+    from capabilities import fs, http, human, shell
 
     registry = Registry()
     fs.register(registry)
     shell.register(registry)
+    http.register(registry)
     human.register(registry)
     return registry

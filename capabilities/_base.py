@@ -62,11 +62,16 @@ class CallContext:
 
 @dataclass(frozen=True)
 class Family:
-    """A group of actions granted together, e.g. `fs`."""
+    """A group of actions granted together, e.g. `fs`.
+
+    `confinement`, when given, reports the confinement layers this machine supports for
+    the family's calls, layer → "active" or "unavailable: why" (`planloom tools`).
+    """
 
     name: str
     description: str
     grant_model: type[BaseModel] = EmptyGrant
+    confinement: Callable[[], dict[str, str]] | None = None
 
 
 @dataclass(frozen=True)

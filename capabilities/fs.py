@@ -29,7 +29,7 @@ from typing import Annotated, Literal, TypeAlias
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from capabilities._base import Action, CallContext, Family, Registry
-from capabilities._jail import Jail, WalkLimits, clean_relpath, not_regular
+from capabilities._jail import Jail, WalkLimits, clean_relpath, not_regular, openat2_available
 from engine.errors import CapabilityDenied, StepFailed
 
 __all__ = [
@@ -211,9 +211,25 @@ class SearchResult(BaseModel):
     truncated: bool
 
 
+def _confinement_report() -> dict[str, str]:
+    beneath = (
+        "active"
+        if openat2_available()
+        else "unavailable: the kernel refused openat2; using a component-wise O_NOFOLLOW walk"
+    )
+    return {
+        "openat2 RESOLVE_BENEATH|NO_SYMLINKS": beneath,
+        "O_NOFOLLOW component walk": "active (fallback)" if beneath == "active" else "active",
+        "regular files only, no hard links": "active",
+        "atomic writes (temp file + rename)": "active",
+    }
+
+
 def register(registry: Registry) -> None:
     """Add the `fs` family and its six actions to `registry`."""
-    registry.add_family(Family("fs", "read and write files beneath a granted root", FsGrant))
+    registry.add_family(
+        Family("fs", "read and write files beneath a granted root", FsGrant, _confinement_report)
+    )
     registry.add(Action("fs.read", "Read a text file.", ReadParams, _read, ReadResult, False))
     registry.add(
         Action("fs.write", "Write a file, replacing it.", WriteParams, _write, WriteResult, True)

@@ -12,6 +12,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
+from capabilities._sanitize import neutralize
 from engine.events import Event
 from engine.results import RunResult
 
@@ -30,15 +31,10 @@ _STYLE = {
 }
 
 
-def _printable(text: str) -> str:
-    """Escape control characters (ANSI/OSC sequences, bidi overrides) from tool output."""
-    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in text)
-
-
 def _clip(text: str | None, width: int = 80) -> str:
     if not text:
         return ""
-    flat = _printable(" ".join(text.split()))
+    flat = neutralize(" ".join(text.split()))
     return flat if len(flat) <= width else flat[: width - 1] + "…"
 
 

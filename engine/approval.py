@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
+from capabilities._sanitize import neutralize, sanitize_for_llm
 from capabilities.human import Question, parse_answer
 from engine.errors import ApprovalDenied, StepFailed
 from engine.results import Decision
@@ -34,6 +35,9 @@ __all__ = [
     "TerminalApprover",
     "params_hash",
 ]
+
+
+_SHOWN_VALUE = 2000  # characters of one param value shown in a confirmation prompt
 
 
 def params_hash(params: Any) -> str:
@@ -124,7 +128,9 @@ class TerminalApprover:
         self.pause = pause or contextlib.nullcontext
 
     async def decide(self, request: GateRequest) -> Decision:
-        params = json.dumps(request.params, indent=2, default=repr, ensure_ascii=True)
+        # Long values folded, escapes made visible: params may come from tool output.
+        folded, _ = sanitize_for_llm(request.params, limit=_SHOWN_VALUE)
+        params = json.dumps(folded, indent=2, default=repr, ensure_ascii=True)
         prompt = (
             f"\nstep '{request.step_id}' wants to run {request.action} ({request.reason}):\n"
             f"{params}\napprove? [y/N] "
@@ -142,9 +148,9 @@ class TerminalApprover:
             "choice": "",
             "string": "",
         }[question.type]
-        lines = [f"\nstep '{step_id}' asks: {question.question}{hint}"]
+        lines = [f"\nstep '{step_id}' asks: {neutralize(question.question)}{hint}"]
         for index, choice in enumerate(question.choices or [], start=1):
-            lines.append(f"  {index}. {choice}")
+            lines.append(f"  {index}. {neutralize(choice)}")
         default = f" [{question.default}]" if question.has_default else ""
         prompt = "\n".join(lines) + f"\n>{default} "
         with self.pause():
@@ -202,8 +208,9 @@ def _decision(request: GateRequest, approved: bool, by: str, reason: str | None 
 class Gatekeeper:
     """Asks the approver once per exact call and remembers every decision."""
 
-    def __init__(self, approver: Approver) -> None:
+    def __init__(self, approver: Approver, redact: Callable[[Any], Any] | None = None) -> None:
         self.approver = approver
+        self.redact = redact
         self.decisions: list[Decision] = []
         self._cache: dict[tuple[str, str, str], Decision] = {}
         self._lock = asyncio.Lock()
@@ -220,10 +227,12 @@ class Gatekeeper:
         async with self._lock:
             decision = self._cache.get(key)
             if decision is None:
+                # The approver sees params with secrets redacted; the hash binds the real ones.
+                shown = self.redact(params) if self.redact is not None else params
                 request = GateRequest(
                     step_id=step_id,
                     action=action,
-                    params=params,
+                    params=shown,
                     params_hash=digest,
                     reason=reason,
                 )

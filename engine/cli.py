@@ -14,7 +14,7 @@ import importlib
 import json
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
 
@@ -22,6 +22,7 @@ import structlog
 from rich.console import Console
 
 from capabilities import Registry, default_registry
+from capabilities._sanitize import neutralize
 from engine._console import LiveProgress, print_summary
 from engine.approval import ApproveAll, Approver, DenyAll, FailClosed, TerminalApprover
 from engine.diagnostics import render_diagnostics
@@ -196,6 +197,10 @@ def _cmd_schema(args: argparse.Namespace, registry: Registry) -> int:
 
 
 def _cmd_tools(args: argparse.Namespace, registry: Registry) -> int:
+    layers = {
+        name: family.confinement() if family.confinement is not None else {}
+        for name, family in registry.families.items()
+    }
     rows = []
     for name in sorted(registry.actions):
         action = registry.actions[name]
@@ -207,6 +212,7 @@ def _cmd_tools(args: argparse.Namespace, registry: Registry) -> int:
                 "side_effects": side,
                 "params": action.params_model.model_json_schema(),
                 "grant": registry.families[action.family].grant_model.model_json_schema(),
+                "confinement": layers[action.family],
             }
         )
     if args.json:
@@ -220,6 +226,12 @@ def _cmd_tools(args: argparse.Namespace, registry: Registry) -> int:
         effect = {True: "side effects", False: "read-only"}.get(row["side_effects"], "per call")
         print(f"{row['name']:<{width}}  {effect:<12}  {row['description']}")
         print(f"{'':<{width}}  params: {params}")
+    print("\nconfinement on this machine:")
+    for family, report in sorted(layers.items()):
+        for layer, state in report.items():
+            print(f"  {family:<6} {layer:<40} {state}")
+        if not report:
+            print(f"  {family:<6} (no confinement layers: runs in-process, gated by grants)")
     return EXIT_OK
 
 
@@ -257,7 +269,8 @@ def _cmd_run(args: argparse.Namespace, registry: Registry) -> int:
         if log_stream is not None:
             log_stream.close()
     if args.json:
-        _print_json(result.model_dump(mode="json"))
+        # Outputs are the steps' raw data: redact at this sink, as at every other.
+        _print_json(executor.secrets.redact_value(result.model_dump(mode="json")))
     print_summary(result, sys.stderr, color=sys.stderr.isatty())
     return {
         "succeeded": EXIT_OK,
@@ -319,6 +332,7 @@ def _subscribe_logs(events: EventBus, *, verbose: bool, log_stream: TextIO | Non
             structlog.PrintLogger(sys.stderr),
             processors=[
                 structlog.processors.TimeStamper(fmt="%H:%M:%S"),
+                _terminal_safe,
                 structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
             ],
         )
@@ -332,6 +346,11 @@ def _subscribe_logs(events: EventBus, *, verbose: bool, log_stream: TextIO | Non
             ],
         )
         events.subscribe(structlog_subscriber(logger))
+
+
+def _terminal_safe(logger: Any, method: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
+    """structlog processor: escape sequences in logged values cannot reach the terminal."""
+    return {k: neutralize(v) if isinstance(v, str) else v for k, v in event.items()}
 
 
 def _print_json(value: Any) -> None:

@@ -56,9 +56,12 @@ Subscriber = Callable[[Event], None]
 class EventBus:
     """Fan-out of events to subscribers; a failing subscriber never breaks the run."""
 
-    def __init__(self, run_id: str) -> None:
+    def __init__(self, run_id: str, redact: Callable[[Any], Any] | None = None) -> None:
         self.run_id = run_id
         self.subscribers: tuple[Subscriber, ...] = ()
+        # Applied once to each event's data, so every subscriber (logs, audit, the live
+        # view, cassettes) sees it redacted.
+        self.redact = redact
 
     def subscribe(self, subscriber: Subscriber) -> None:
         self.subscribers = (*self.subscribers, subscriber)
@@ -72,6 +75,8 @@ class EventBus:
     ) -> None:
         if not self.subscribers:
             return
+        if self.redact is not None:
+            data = self.redact(data)
         event = Event(kind, self.run_id, step_id, attempt, time.time(), data)
         for subscriber in self.subscribers:
             try:

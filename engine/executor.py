@@ -28,6 +28,7 @@ from tenacity import (
 )
 
 from capabilities import Registry, Sandbox
+from capabilities._secrets import Secrets
 from capabilities.human import Question
 from engine._graph import plan_graph
 from engine._scheduler import Scheduler
@@ -90,6 +91,8 @@ class Executor:
         approver: decides gated calls; by default every gate is denied (fail closed).
         events: where transitions are published.
         sleep: waits between retries (inject a fake to make retry tests instant).
+        secrets: values to redact wherever the run's data leaves it (events, errors,
+            results); by default every secret-looking variable of the environment.
     """
 
     def __init__(
@@ -104,12 +107,16 @@ class Executor:
         events: EventBus | None = None,
         sleep: Sleep = asyncio.sleep,
         run_id: str | None = None,
+        secrets: Secrets | None = None,
     ) -> None:
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.inputs = resolve_inputs(plan, inputs or {}, from_text=inputs_from_text)
+        self.secrets = secrets if secrets is not None else Secrets.from_environ()
         self.events = events or EventBus(self.run_id)
-        self.gatekeeper = Gatekeeper(approver or FailClosed())
+        if self.events.redact is None:
+            self.events.redact = self.secrets.redact_value
+        self.gatekeeper = Gatekeeper(approver or FailClosed(), redact=self.secrets.redact_value)
         self.sandbox = Sandbox(
             registry,
             plan.capabilities,
@@ -178,7 +185,7 @@ class Executor:
             steps=dict(self.results),
             outputs=outputs,
             usage=Usage(tool_calls=self.sandbox.calls),
-            errors=list(self.errors),
+            errors=[self.secrets.redact(error) for error in self.errors],
             approvals=list(self.gatekeeper.decisions),
         )
 
@@ -408,6 +415,9 @@ class Executor:
         return context
 
     def _finish(self, step_id: str, result: StepResult, *, emit: bool = True) -> StepResult:
+        if result.error:
+            # Errors quote params, argv and URLs: they leave the run, so no secrets in them.
+            result.error = self.secrets.redact(result.error)
         self.results[step_id] = result
         self._view[step_id] = {
             "output": result.output,

@@ -495,13 +495,13 @@ def test_unknown_tool_with_and_without_a_close_match(check: Check) -> None:
             tool: fs.reed
             params: {path: x}
           - id: b
-            tool: htp.get
+            tool: zzz.qqq
         """
     )
     assert pairs(diags) == [
         ("r.yaml:5:11: error[unknown-tool]: unknown tool 'fs.reed'", "did you mean 'fs.read'?"),
         (
-            "r.yaml:8:11: error[unknown-tool]: unknown tool 'htp.get'",
+            "r.yaml:8:11: error[unknown-tool]: unknown tool 'zzz.qqq'",
             "run 'planloom tools' to list the actions",
         ),
     ]
