@@ -110,6 +110,7 @@ class Sandbox:
                 decision="allowed",
                 rule=f"grant.{action.family}",
                 side_effects=side_effects,
+                missing_confinement=self._missing_layers(action.family) or None,
             )
         try:
             result = await _execute(action, model, ctx)
@@ -155,6 +156,13 @@ class Sandbox:
                 step_id=step_id,
             ) from None
         return action, grant, model
+
+    def _missing_layers(self, family_name: str) -> dict[str, str]:
+        """Confinement layers this machine lacks for the family: never silently absent."""
+        family = self.registry.families[family_name]
+        if family.confinement is None:
+            return {}
+        return {k: v for k, v in family.confinement().items() if not v.startswith("active")}
 
     def _spend(self, step_id: str) -> None:
         if self.max_tool_calls is not None and self.calls >= self.max_tool_calls:

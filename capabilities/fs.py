@@ -211,6 +211,7 @@ class SearchResult(BaseModel):
     truncated: bool
 
 
+@functools.cache
 def _confinement_report() -> dict[str, str]:
     beneath = (
         "active"

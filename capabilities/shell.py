@@ -7,42 +7,60 @@ Each call is checked before anything runs:
   symlink `ls -> /bin/rm` counts as `/bin/rm` (ATTACKS B8). The resolved real path is what
   gets executed, and it is also the child's `argv[0]`, so the check and the exec agree even
   for multi-call binaries that change behaviour with their name;
+* the arguments pass the program's rules in `_argrules` (no `find -exec`, `sed e`,
+  `git -c`, wrappers or interpreter code unless the grant lists the program in
+  `unsafe_args`; output files held to the granted folder) (B2-B7);
 * the working folder must stay inside the grant's folder, checked on real paths;
 * the child gets a scrubbed environment: a fixed PATH, `HOME` set to the working folder,
-  a UTF-8 locale and only the variables the grant names. Loader, interpreter and secret
-  variables are refused even when a grant asks for them (B9).
+  a private `TMPDIR`, a UTF-8 locale and only the variables the grant names. Loader,
+  interpreter and secret variables are refused even when a grant asks for them (B9).
 
-While it runs, the child leads its own process group with stdin on `/dev/null` (B20); each
-output stream is capped (B11); on timeout, cancellation or once the main child exits, the
-whole group is killed (B12-B14).
+The program is started by `_launcher.py` (a `python -I -S` script), which puts it in new
+user, PID, mount and network namespaces, a pids cgroup, `no_new_privs`, rlimits (address
+space, file size, CPU, core) and Landlock (writes only beneath the granted folder, reads
+only from system folders and that folder, no TCP) before `exec`. Layers the kernel does not
+offer are skipped and listed as unavailable in `ShellResult.confinement` and in
+`confinement_report()`, never silently.
 
-Resource limits are applied with `resource.prlimit(pid, ...)` right after spawn rather than
-with `preexec_fn`, which is unsafe when the process has threads (the event loop's executor,
-the child watcher). The window between exec and the limit taking effect is a few
-microseconds (a descendant forked inside it would not inherit them); the limits are
-backstops to the wall-clock timeout and the process-group kill, not the main defence.
+While it runs, stdin is `/dev/null` (B20); each output stream is capped (B11); on
+timeout, cancellation or once the program exits, the launcher's process group is killed
+and with it the PID namespace's init, whose end makes the kernel kill every process left
+in the namespace, `setsid` and double-forked ones included (B12-B15). Without a PID
+namespace, the pids cgroup (when writable) is swept instead.
 """
 
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import fnmatch
+import functools
 import io
+import json
 import math
 import os
-import resource
 import shutil
 import signal
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from capabilities._argrules import ArgContext, check_arguments, git_env
 from capabilities._base import Action, CallContext, Family, Registry
+from capabilities._confine import DEVICE_WRITE_PATHS, SYSTEM_READ_PATHS
 from engine.diagnostics import did_you_mean
 from engine.errors import CapabilityDenied, StepFailed, StepTimeout
 
-__all__ = ["ShellGrant", "ShellParams", "ShellResult", "register", "run"]
+__all__ = ["ShellGrant", "ShellParams", "ShellResult", "confinement_report", "register", "run"]
 
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 _ACTION = "shell.run"
@@ -50,7 +68,11 @@ _CHUNK = 64 * 1024
 _EXIT_GRACE = 0.1  # seconds the pipes may stay open after the main child exits
 _DRAIN_GRACE = 1.0  # seconds to collect what is left in the pipes once the group is killed
 _REAP_TIMEOUT = 5.0  # seconds to wait for a SIGKILLed child to be reaped
-_FSIZE_LIMIT = 1 << 30  # largest file a child may write, in bytes
+_STATUS_LIMIT = 64 * 1024  # bytes kept from the launcher's status pipe
+_CGROUP_CLEANUP = 2.0  # seconds to empty and remove a call's pids cgroup
+_LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launcher.py")
+_SETUP_FAILED = 125  # the launcher's exit code when it could not set up the sandbox
+_PIDS_V1 = "/sys/fs/cgroup/pids"
 _STDERR_TAIL_LINES = 20
 
 # Variables a child never receives, whatever the grant says (matched case-insensitively).
@@ -101,6 +123,17 @@ class ShellGrant(BaseModel):
         env: extra variables set for children.
         pass_env: names of variables copied from the engine's environment, when set.
         max_output: bytes kept per output stream; past it the command is killed.
+        unsafe_args: programs (also in `allow`) whose argument rules are lifted: exec-escape
+            flags, wrappers (`env CMD`, `xargs`), interpreter code (`sh -c`, `python -c`),
+            output files outside `cwd`. Compared by real path. Kernel confinement stays.
+        end_of_options: insert `--` after the program, so arguments that come from
+            templates (file names) can never be read as options (ATTACKS B7).
+        network: let children use the network (no network namespace, no Landlock TCP rule).
+        read_paths: extra folders children may read and execute from, besides the system
+            folders and `cwd`; relative to the recipe folder.
+        max_memory: address-space limit per process, in bytes (RLIMIT_AS).
+        max_file_size: largest file a child may write, in bytes (RLIMIT_FSIZE).
+        max_processes: most processes (and threads) a call may have at once (pids cgroup).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -110,13 +143,20 @@ class ShellGrant(BaseModel):
     env: dict[str, str] = {}
     pass_env: list[str] = []
     max_output: int = Field(default=1_000_000, ge=0)
+    unsafe_args: list[str] = []
+    end_of_options: bool = False
+    network: bool = False
+    read_paths: list[str] = []
+    max_memory: int = Field(default=2 << 30, ge=64 << 20)
+    max_file_size: int = Field(default=1 << 30, ge=0)
+    max_processes: int = Field(default=256, ge=2)
 
-    @field_validator("allow")
+    @field_validator("allow", "unsafe_args", "read_paths")
     @classmethod
     def _no_nul_in_allow(cls, value: list[str]) -> list[str]:
         for entry in value:
             if not entry or "\x00" in entry:
-                raise ValueError(f"allow entry {entry!r} must be a non-empty program name")
+                raise ValueError(f"entry {entry!r} must be a non-empty name without NUL bytes")
         return value
 
     @field_validator("cwd")
@@ -186,6 +226,9 @@ class ShellResult(BaseModel):
         stderr: standard error, decoded the same way.
         truncated: an output stream passed `max_output` and the command was killed (its
             `exit_code` is then usually -9, from that kill).
+        confinement: each confinement layer and its state for this call: "active ..." or
+            "unavailable: <reason>" (user/pid/network namespaces, proc_mount, pids_cgroup,
+            no_new_privs, rlimits, landlock).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -194,12 +237,18 @@ class ShellResult(BaseModel):
     stdout: str
     stderr: str
     truncated: bool
+    confinement: dict[str, str] = Field(default_factory=dict)
 
 
 def register(registry: Registry) -> None:
     """Add the `shell` family and its `shell.run` action to `registry`."""
     registry.add_family(
-        Family("shell", "run allowed programs with an argv list (no shell)", ShellGrant)
+        Family(
+            "shell",
+            "run allowed programs with an argv list (no shell)",
+            ShellGrant,
+            confinement_report,
+        )
     )
     registry.add(
         Action(
@@ -217,10 +266,13 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
     """Run `params.argv` under the `shell` grant in `ctx`.
 
     Raises:
-        CapabilityDenied: the program, folder or environment is not allowed
-            (rules `shell.not-allowed`, `shell.cwd`, `shell.env`).
-        StepTimeout: the command ran past `ctx.timeout` seconds; its process group is killed.
-        StepFailed: the program could not be started, or exited non-zero with `check`.
+        CapabilityDenied: the program, folder, arguments or environment are not allowed
+            (rules `shell.not-allowed`, `shell.cwd`, `shell.argument`, `shell.output-path`,
+            `shell.env`).
+        StepTimeout: the command ran past `ctx.timeout` seconds; every process it started
+            is killed.
+        StepFailed: the program could not be started or the sandbox could not be set up,
+            or it exited non-zero with `check`.
     """
     grant = ctx.grant
     if not isinstance(grant, ShellGrant):
@@ -228,21 +280,333 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
     root = _grant_root(grant, ctx)
     workdir = _workdir(root, params.cwd, ctx)
     program = _resolve_program(params.argv[0], workdir, root, grant, ctx)
+    unsafe = {real for entry in grant.unsafe_args if (real := _real_program(entry, root))}
+    if program not in unsafe:
+        check_arguments(params.argv[1:], ArgContext(program, root, workdir, ctx.step_id))
     env = _child_env(grant, workdir, ctx)
+    if os.path.basename(program) == "git":
+        env.update(git_env())
     name = params.argv[0]
+    argv = [program, *(["--"] if grant.end_of_options else []), *params.argv[1:]]
 
+    with _Scratch(grant.max_processes) as scratch:
+        env["TMPDIR"] = scratch.tmpdir
+        config = _launcher_config(grant, ctx, root, program, scratch)
+        outcome = await _launch(argv, config, workdir, env, grant.max_output, name, ctx)
+        await scratch.empty_cgroup()
+    result = outcome.result(scratch.cgroup_state)
+    if outcome.setup_error is not None:
+        raise StepFailed(
+            f"{_ACTION}: the sandbox for {name!r} could not be set up: {outcome.setup_error}",
+            step_id=ctx.step_id,
+        )
+    if outcome.exec_error is not None:
+        raise StepFailed(
+            f"{_ACTION}: cannot execute {name!r} ({program}): {outcome.exec_error}",
+            step_id=ctx.step_id,
+        )
+    if params.check and result.exit_code != 0 and not result.truncated:
+        raise StepFailed(_failure_message(name, result), step_id=ctx.step_id)
+    return result
+
+
+@functools.cache
+def confinement_report() -> dict[str, str]:
+    """Which confinement layers this machine gives `shell.run` children, probed once.
+
+    Each entry is "active ..." or "unavailable: <reason>"; for `planloom tools` and audits.
+    """
+    grant = ShellGrant(allow=["true"])
+    program = _real_program("true", "/") or "/bin/true"
+    with tempfile.TemporaryDirectory(prefix="planloom-probe-") as folder:
+        ctx = CallContext(grant=grant, base_dir=Path(folder), timeout=10.0)
+        with _Scratch(grant.max_processes) as scratch:
+            config = _launcher_config(grant, ctx, os.path.realpath(folder), program, scratch)
+            status_r, status_w = os.pipe()
+            command, config_fd = _launcher_command(config, status_w, [program])
+            try:
+                proc = subprocess.run(
+                    command,
+                    stdin=subprocess.DEVNULL,
+                    capture_output=True,
+                    pass_fds=(status_w, config_fd),
+                    cwd=folder,
+                    env={"PATH": _SAFE_PATH, "LANG": "C.UTF-8"},
+                    timeout=10.0,
+                    check=False,
+                )
+            except (OSError, subprocess.SubprocessError) as exc:
+                return {"launcher": f"unavailable: {exc}"}
+            finally:
+                os.close(status_w)
+                os.close(config_fd)
+            with io.FileIO(status_r, "rb") as pipe:
+                messages = _parse_status(pipe.read(_STATUS_LIMIT))
+            report = _flatten(messages, scratch.cgroup_state)
+    if proc.returncode != 0 and not report:
+        report["launcher"] = f"unavailable: exit {proc.returncode}: {proc.stderr[-500:]!r}"
+    return report
+
+
+def _launcher_command(
+    config: dict[str, Any], status_fd: int, argv: list[str]
+) -> tuple[list[str], int]:
+    """The launcher's command line and the memfd holding its config (the caller closes it).
+
+    The config, with the program's argv, travels in a memfd rather than on the command
+    line, so only the program itself carries its arguments (`ps`, markers in tests).
+    """
+    config_fd = os.memfd_create("planloom-launch")  # close-on-exec; pass_fds lets it through
+    try:
+        os.write(config_fd, json.dumps({**config, "argv": argv}).encode())
+        os.lseek(config_fd, 0, os.SEEK_SET)
+    except OSError:
+        os.close(config_fd)
+        raise
+    python = os.path.realpath(sys.executable)
+    return [python, "-I", "-S", _LAUNCHER, str(config_fd), str(status_fd)], config_fd
+
+
+def _launcher_config(
+    grant: ShellGrant, ctx: CallContext, root: str, program: str, scratch: _Scratch
+) -> dict[str, Any]:
+    reads = [
+        *SYSTEM_READ_PATHS,
+        os.path.realpath(sys.base_prefix),
+        os.path.dirname(program),
+        *(os.path.realpath(os.path.join(ctx.base_dir, extra)) for extra in grant.read_paths),
+    ]
+    rlimits = {
+        "as": grant.max_memory,
+        "fsize": grant.max_file_size,
+        "nproc": grant.max_processes,
+        "core": 0,
+    }
+    if math.isfinite(ctx.timeout) and ctx.timeout >= 0:
+        rlimits["cpu"] = math.ceil(ctx.timeout) + 1
+    return {
+        "network": grant.network,
+        "rlimits": rlimits,
+        "read_paths": reads,
+        "write_paths": [root, scratch.tmpdir, *DEVICE_WRITE_PATHS],
+        "cgroup": scratch.cgroup,
+    }
+
+
+@dataclass
+class _Outcome:
+    """What `_launch` saw: the program's end, its output and the launcher's reports."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+    truncated: bool
+    messages: list[dict[str, Any]]
+    setup_error: str | None = None
+    exec_error: str | None = None
+
+    def __post_init__(self) -> None:
+        for message in self.messages:
+            if "setup_error" in message:
+                self.setup_error = str(message["setup_error"])
+            if "exec_error" in message:
+                self.exec_error = str(message["exec_error"])
+            if "exit" in message:
+                self.exit_code = int(message["exit"])
+            if "signal" in message:
+                self.exit_code = -int(message["signal"])
+
+    def result(self, cgroup_state: str) -> ShellResult:
+        return ShellResult(
+            exit_code=self.exit_code,
+            stdout=self.stdout,
+            stderr=self.stderr,
+            truncated=self.truncated,
+            confinement=_flatten(self.messages, cgroup_state),
+        )
+
+
+def _parse_status(data: bytes) -> list[dict[str, Any]]:
+    messages = []
+    for line in data.decode("utf-8", errors="replace").splitlines():
+        with contextlib.suppress(ValueError):
+            message = json.loads(line)
+            if isinstance(message, dict):
+                messages.append(message)
+    return messages
+
+
+def _flatten(messages: list[dict[str, Any]], cgroup_state: str) -> dict[str, str]:
+    """The launcher's layer report as `{layer: "active ..." | "unavailable: ..."}`."""
+    report: dict[str, str] = {}
+    for message in messages:
+        layers = message.get("layers")
+        if not isinstance(layers, dict):
+            continue
+        for layer, state in layers.items():
+            if isinstance(state, dict):  # rlimits: {name: value or "unavailable: ..."}
+                parts = [f"{k}={v}" for k, v in state.items()]
+                if os.getuid() == 0:  # measured: the kernel exempts (mapped) root
+                    parts.append("nproc not enforced for uid 0, see pids_cgroup")
+                state = "active (" + ", ".join(parts) + ")"
+            report[str(layer)] = str(state)
+    if report and report.get("pids_cgroup", "active") == "active":
+        report["pids_cgroup"] = cgroup_state
+    return report
+
+
+class _Scratch:
+    """A call's private TMPDIR and pids cgroup, removed when the call ends."""
+
+    def __init__(self, max_processes: int) -> None:
+        self._max = max_processes
+        self.tmpdir = ""
+        self.cgroup: str | None = None
+        self.cgroup_state = "unavailable: not set up"
+
+    def __enter__(self) -> _Scratch:
+        _sweep_stale_scratch()
+        self.tmpdir = tempfile.mkdtemp(prefix=f"planloom-shell-{os.getpid()}-")
+        _LIVE_SCRATCH.add(self)
+        base, why = _pids_cgroup_base()
+        if base is None:
+            self.cgroup_state = f"unavailable: {why}"
+            return self
+        path = os.path.join(base, f"planloom-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+        try:
+            os.mkdir(path)
+            with open(os.path.join(path, "pids.max"), "w") as file:
+                file.write(str(self._max))
+        except OSError as exc:
+            self.cgroup_state = f"unavailable: {path}: {exc.strerror}"
+            with contextlib.suppress(OSError):
+                os.rmdir(path)
+            return self
+        self.cgroup = path
+        self.cgroup_state = f"active (max {self._max})"
+        return self
+
+    async def empty_cgroup(self) -> None:
+        """Kill whatever is left in the cgroup (only possible without a PID namespace)."""
+        if self.cgroup is None:
+            return
+        loop = asyncio.get_running_loop()
+        end = loop.time() + _CGROUP_CLEANUP
+        # The cgroup's emptiness is only observable by polling its procs file.
+        while _sweep_cgroup(self.cgroup) and loop.time() < end:  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.remove()
+
+    def remove(self) -> None:
+        _LIVE_SCRATCH.discard(self)
+        shutil.rmtree(self.tmpdir, ignore_errors=True)
+        if self.cgroup is not None:
+            for _ in range(100):  # a just-killed process may take a moment to leave
+                _sweep_cgroup(self.cgroup)
+                try:
+                    os.rmdir(self.cgroup)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError:
+                    # Blocking here is rare and short: only reached if processes survived
+                    # the sweep in `empty_cgroup` (e.g. after cancellation).
+                    time.sleep(0.005)
+
+
+# Scratch of calls still running; removed at exit if the process ends mid-call.
+_LIVE_SCRATCH: set[_Scratch] = set()
+
+
+@atexit.register
+def _remove_live_scratch() -> None:
+    for scratch in list(_LIVE_SCRATCH):
+        scratch.remove()
+
+
+@functools.cache
+def _sweep_stale_scratch() -> None:
+    """Once per process: remove scratch left by engines that died mid-call (by their pid)."""
+    base, _ = _pids_cgroup_base()
+    places = [(tempfile.gettempdir(), "planloom-shell-"), (base, "planloom-")]
+    for folder, prefix in places:
+        if folder is None:
+            continue
+        with contextlib.suppress(OSError):
+            for entry in os.scandir(folder):
+                pid = entry.name.removeprefix(prefix).split("-", 1)[0]
+                if not entry.name.startswith(prefix) or not pid.isdigit() or _pid_alive(pid):
+                    continue
+                with contextlib.suppress(OSError):
+                    if folder == base:
+                        os.rmdir(entry.path)  # fails, harmlessly, while processes remain
+                    else:
+                        shutil.rmtree(entry.path)
+
+
+def _pid_alive(pid: str) -> bool:
+    return os.path.exists(f"/proc/{pid}")
+
+
+def _sweep_cgroup(path: str) -> bool:
+    """SIGKILL every process in the cgroup; whether any was found."""
+    try:
+        with open(os.path.join(path, "cgroup.procs")) as file:
+            pids = [int(line) for line in file if line.strip()]
+    except OSError:
+        return False
+    for pid in pids:
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    return bool(pids)
+
+
+@functools.cache
+def _pids_cgroup_base() -> tuple[str | None, str]:
+    """The writable pids cgroup (v1) folder this process belongs to, or why there is none."""
+    try:
+        with open("/proc/self/cgroup") as file:
+            lines = file.read().splitlines()
+    except OSError as exc:
+        return None, f"/proc/self/cgroup: {exc.strerror}"
+    for line in lines:
+        _id, controllers, path = line.split(":", 2)
+        if "pids" in controllers.split(","):
+            base = os.path.join(_PIDS_V1, path.lstrip("/"))
+            if not os.path.isfile(os.path.join(base, "cgroup.procs")):
+                return None, f"{base} is not a mounted pids cgroup"
+            if not os.access(base, os.W_OK):
+                return None, f"{base} is not writable"
+            return base, ""
+    return None, "no pids cgroup v1 controller (cgroup v2 delegation is not supported)"
+
+
+async def _launch(
+    argv: list[str],
+    config: dict[str, Any],
+    workdir: str,
+    env: dict[str, str],
+    max_output: int,
+    name: str,
+    ctx: CallContext,
+) -> _Outcome:
     # Our own pipes rather than asyncio's PIPE: with PIPE, Python 3.11's `Process.wait()`
     # also waits for EOF, which a backgrounded descendant can hold off forever.
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    status_r, status_w = os.pipe()
     started = False
+    config_fd = -1
     try:
+        command, config_fd = _launcher_command(config, status_w, argv)
         proc = await asyncio.create_subprocess_exec(
-            program,
-            *params.argv[1:],
+            *command,
             stdin=asyncio.subprocess.DEVNULL,
             stdout=out_w,
             stderr=err_w,
+            pass_fds=(status_w, config_fd),
             cwd=workdir,
             env=env,
             start_new_session=True,
@@ -250,21 +614,17 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
         started = True
     except OSError as exc:
         raise StepFailed(
-            f"{_ACTION}: cannot execute {name!r} ({program}): {exc.strerror or exc}",
+            f"{_ACTION}: cannot start the sandbox launcher for {name!r}: {exc.strerror or exc}",
             step_id=ctx.step_id,
         ) from exc
     finally:
-        os.close(out_w)
-        os.close(err_w)
+        for fd in (out_w, err_w, status_w, config_fd):
+            if fd >= 0:
+                os.close(fd)
         if not started:
-            os.close(out_r)
-            os.close(err_r)
-
-    _apply_rlimits(proc.pid, ctx.timeout)
-    result = await _supervise(proc, (out_r, err_r), name, grant.max_output, ctx)
-    if params.check and result.exit_code != 0 and not result.truncated:
-        raise StepFailed(_failure_message(name, result), step_id=ctx.step_id)
-    return result
+            for fd in (out_r, err_r, status_r):
+                os.close(fd)
+    return await _supervise(proc, (out_r, err_r, status_r), name, max_output, ctx)
 
 
 def _grant_root(grant: ShellGrant, ctx: CallContext) -> str:
@@ -358,23 +718,6 @@ def _child_env(grant: ShellGrant, workdir: str, ctx: CallContext) -> dict[str, s
     return env
 
 
-def _apply_rlimits(pid: int, timeout: float) -> None:
-    """Cap the child's CPU seconds and file size, never above the current hard limits."""
-    limits: list[tuple[int, int]] = [(resource.RLIMIT_FSIZE, _FSIZE_LIMIT)]
-    if math.isfinite(timeout) and timeout >= 0:
-        limits.append((resource.RLIMIT_CPU, math.ceil(timeout) + 1))
-    for kind, wanted in limits:
-        _soft, hard = resource.getrlimit(kind)
-        soft = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
-        # One more second before SIGKILL, so SIGXCPU can end the program first.
-        new_hard = soft + 1 if kind == resource.RLIMIT_CPU else soft
-        if hard != resource.RLIM_INFINITY:
-            new_hard = min(new_hard, hard)
-        # The child may already have exited; the limits are a backstop, so go on.
-        with contextlib.suppress(OSError):
-            resource.prlimit(pid, kind, (soft, new_hard))
-
-
 def _kill_group(pgid: int) -> None:
     # The group may already be empty (ESRCH); nothing else can fail for our own child.
     with contextlib.suppress(OSError):
@@ -416,24 +759,28 @@ async def _connect(pipe: io.FileIO, capture: _Capture) -> asyncio.ReadTransport:
 
 async def _supervise(
     proc: asyncio.subprocess.Process,
-    fds: tuple[int, int],
+    fds: tuple[int, int, int],
     name: str,
     max_output: int,
     ctx: CallContext,
-) -> ShellResult:
+) -> _Outcome:
     """Collect output under the timeout; whatever happens, leave no process of the group.
 
-    Owns `fds` (the read ends of stdout and stderr) and closes them.
+    Owns `fds` (the read ends of stdout, stderr and the launcher's status pipe) and closes
+    them. Killing the launcher's group also kills the sandbox's init (it stays in the
+    group), and the kernel then kills everything left in the PID namespace.
     """
-    pgid = proc.pid  # start_new_session: the child leads a group with its own pid
+    pgid = proc.pid  # start_new_session: the launcher leads a group with its own pid
     loop = asyncio.get_running_loop()
     deadline = loop.time() + ctx.timeout if math.isfinite(ctx.timeout) else None
-    out, err = (_Capture(max_output, lambda: _kill_group(pgid)) for _ in fds)
+    out, err = (_Capture(max_output, lambda: _kill_group(pgid)) for _ in range(2))
+    status = _Capture(_STATUS_LIMIT, lambda: None)
+    captures = (out, err, status)
     # Opening an existing descriptor does not block; from here the file objects own them.
     pipes = [io.FileIO(fd, "rb") for fd in fds]
     transports: list[asyncio.ReadTransport] = []
     try:
-        for pipe, capture in zip(pipes, (out, err), strict=True):
+        for pipe, capture in zip(pipes, captures, strict=True):
             transports.append(await _connect(pipe, capture))
         try:
             async with asyncio.timeout_at(deadline):
@@ -444,9 +791,10 @@ async def _supervise(
                 f"{_ACTION}: {name!r} timed out after {float(ctx.timeout)!r} s",
                 step_id=ctx.step_id,
             ) from None
-        # Descendants may hold the pipes open (`sleep 600 &`): allow a short grace for
-        # late writes, then end the group and collect what is already in the pipes.
-        closed = [out.closed, err.closed]
+        # Without a PID namespace, descendants may hold the pipes open (`sleep 600 &`):
+        # allow a short grace for late writes, then end the group and collect what is
+        # already in the pipes.
+        closed = [capture.closed for capture in captures]
         await asyncio.wait(closed, timeout=_EXIT_GRACE)
         _kill_group(pgid)
         await asyncio.wait(closed, timeout=_DRAIN_GRACE)
@@ -461,11 +809,12 @@ async def _supervise(
             pipe.close()  # a no-op for those a transport has closed
 
     code = proc.returncode
-    return ShellResult(
+    return _Outcome(
         exit_code=code if code is not None else -signal.SIGKILL,
         stdout=out.text(),
         stderr=err.text(),
         truncated=out.truncated or err.truncated,
+        messages=_parse_status(bytes(status.data)),
     )
 
 

@@ -8,10 +8,12 @@ denying rule in its error; a last, harmless step proves the run went on; the exi
 
 from __future__ import annotations
 
+import http.server
 import json
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -68,10 +70,62 @@ READ_ONLY_ATTACKS = [
     Attack("e8_delete_with_read_grant", "fs.delete", {"path": "ok.txt"}, "fs.write-not-granted"),
 ]
 
+SHELL_ATTACKS = [
+    Attack(
+        "b1_metachar_literal", "shell.run", {"argv": ["ls", "; touch ../pwned"]}, "exited with code"
+    ),
+    Attack(
+        "b2_find_exec",
+        "shell.run",
+        {"argv": ["find", ".", "-exec", "sh", "-c", "id", ";"]},
+        "shell.argument",
+    ),
+    Attack("b3_sed_e", "shell.run", {"argv": ["sed", "-n", "1e id", "ok.txt"]}, "shell.argument"),
+    Attack(
+        "b3_tar_checkpoint",
+        "shell.run",
+        {
+            "argv": [
+                "tar",
+                "-cf",
+                "x.tar",
+                "--checkpoint=1",
+                "--checkpoint-action=exec=id",
+                "ok.txt",
+            ]
+        },
+        "shell.argument",
+    ),
+    Attack(
+        "b4_git_alias", "shell.run", {"argv": ["git", "-c", "alias.x=!id", "x"]}, "shell.argument"
+    ),
+    Attack(
+        "b5_sort_output",
+        "shell.run",
+        {"argv": ["sort", "-o", "../pwned", "ok.txt"]},
+        "shell.output-path",
+    ),
+    Attack("b6_env_wrapper", "shell.run", {"argv": ["env", "id"]}, "shell.argument"),
+    Attack("b6_sh_c", "shell.run", {"argv": ["sh", "-c", "touch ../pwned"]}, "shell.argument"),
+    Attack(
+        "b8_not_allowed",
+        "shell.run",
+        {"argv": ["/usr/bin/rm", "-rf", "../J2"]},
+        "shell.not-allowed",
+    ),
+    Attack("cwd_escape", "shell.run", {"argv": ["ls"], "cwd": "../"}, "shell.cwd"),
+]
+
+SHELL_GRANT = {
+    "shell": {"allow": ["ls", "find", "sed", "tar", "git", "sort", "env", "sh"], "cwd": "J"},
+    "fs": {"root": "J", "read": True},
+}
+
 BATTERIES = {
     "filesystem": (FS_ATTACKS, {"fs": {"root": "J", "read": True, "write": True}}),
     "policy": (POLICY_ATTACKS, {"fs": {"root": "J", "read": True, "write": True}}),
     "read-only": (READ_ONLY_ATTACKS, {"fs": {"root": "J", "read": True}}),
+    "shell": (SHELL_ATTACKS, SHELL_GRANT),
 }
 
 
@@ -172,6 +226,78 @@ def test_battery_through_the_cli(tmp_path: Path, battery: str) -> None:
     assert SECRET.strip() not in outputs
     assert "root:x:0:0" not in outputs
     assert (jail / "ok.txt").read_text() == "ok\n"
+    assert not (tmp_path / "pwned").exists()
+    assert (tmp_path / "J2" / "x.txt").exists()
+
+
+class _Counter(http.server.BaseHTTPRequestHandler):
+    hits = 0
+
+    def do_GET(self) -> None:
+        type(self).hits += 1
+        self.send_response(200)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def test_http_battery_through_the_cli_reaches_no_server(tmp_path: Path) -> None:
+    build_jail(tmp_path)
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Counter)
+    port = server.server_address[1]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        attacks = [
+            Attack(
+                "c1_plain_http",
+                "http.request",
+                {"url": f"http://allowed.example:{port}/"},
+                "http.scheme",
+            ),
+            Attack(
+                "c2_loopback",
+                "http.request",
+                {"url": f"https://127.0.0.1:{port}/"},
+                "http.host-not-allowed",
+            ),
+            Attack(
+                "c2_localhost",
+                "http.request",
+                {"url": f"https://localhost:{port}/"},
+                "http.host-not-allowed",
+            ),
+            Attack(
+                "c13_parser_confusion",
+                "http.request",
+                {"url": f"https://127.0.0.1:{port}\\@allowed.example/"},
+                "http.",
+            ),
+            Attack(
+                "c14_userinfo",
+                "http.request",
+                {"url": "https://user:pass@allowed.example/"},
+                "http.userinfo",
+            ),
+            Attack("c15_file", "http.request", {"url": "file:///etc/passwd"}, "http.scheme"),
+            Attack(
+                "c15_gopher", "http.request", {"url": f"gopher://127.0.0.1:{port}/"}, "http.scheme"
+            ),
+            Attack(
+                "c17_port",
+                "http.request",
+                {"url": "https://allowed.example:22/"},
+                "http.port-not-allowed",
+            ),
+        ]
+        grants = {"http": {"allow": ["allowed.example"]}, "fs": {"root": "J", "read": True}}
+        result = run_battery(tmp_path, attacks, grants)
+        assert_refused(result, attacks)
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert _Counter.hits == 0
 
 
 def test_ungranted_and_unknown_tools_are_refused_before_anything_runs(tmp_path: Path) -> None:
