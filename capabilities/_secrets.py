@@ -389,6 +389,10 @@ def _trie_pattern(words: Iterable[str]) -> str:
     return emit(root)
 
 
+_MEMO_TEXT = 200  # longest string whose redaction is remembered
+_MEMO_ENTRIES = 50_000
+
+
 class Secrets:
     """A thread-safe registry of secret values, and the redactor every sink calls.
 
@@ -415,6 +419,9 @@ class Secrets:
         self._forms: set[str] = set()
         self._pattern: re.Pattern[str] | None = None
         self._stale = False
+        # Short strings recur (action names, rules, statuses in every event): remember
+        # their redaction. Emptied whenever a secret is added.
+        self._memo: dict[str, str] = {}
         for value in values:
             self.add(value)
 
@@ -446,6 +453,7 @@ class Secrets:
             if not forms <= self._forms:
                 self._forms |= forms
                 self._stale = True
+                self._memo = {}
         return True
 
     def add_environ(self, environ: Mapping[str, str] | None = None) -> list[str]:
@@ -517,6 +525,17 @@ class Secrets:
     def redact(self, text: str) -> str:
         """`text` with every registered secret (and, if `structural`, every recognisable
         credential) replaced by `[REDACTED]`. Returns `text` itself when nothing matched."""
+        short = len(text) <= _MEMO_TEXT
+        if short:
+            known = self._memo.get(text)
+            if known is not None:
+                return known
+        redacted = self._redact(text)
+        if short and len(self._memo) < _MEMO_ENTRIES:
+            self._memo[text] = redacted
+        return redacted
+
+    def _redact(self, text: str) -> str:
         pattern = self._compiled()
         if pattern is not None:
             text = pattern.sub(REDACTED, text)

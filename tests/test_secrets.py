@@ -367,3 +367,11 @@ def test_base64_core_found_at_any_offset(before: bytes, after: bytes) -> None:
     secrets = Secrets([CANARY], structural=False)
     encoded = base64.b64encode(before + CANARY.encode() + after).decode()
     assert REDACTED in secrets.redact(encoded)
+
+
+def test_a_secret_added_later_is_redacted_in_text_already_seen() -> None:
+    secrets = Secrets()
+    text = "deploy key is zq81-late-secret-44"
+    assert secrets.redact(text) == text  # seen (and remembered) before the secret exists
+    secrets.add("zq81-late-secret-44")
+    assert secrets.redact(text) == "deploy key is [REDACTED]"
