@@ -177,18 +177,23 @@ def recipe(attacks: list[Attack], grants: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def run_battery(tmp_path: Path, attacks: list[Attack], grants: dict[str, Any]) -> dict[str, Any]:
-    path = tmp_path / "attacks.yaml"
-    with path.open("w") as handle:
-        YAML().dump(recipe(attacks, grants), handle)
-    done = subprocess.run(
+def run_cli(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """`planloom run PATH --yes --json`, bounded."""
+    return subprocess.run(
         [PLANLOOM, "run", str(path), "--yes", "--json"],
         capture_output=True,
         text=True,
         timeout=120,
         stdin=subprocess.DEVNULL,
-        cwd=tmp_path,
+        cwd=cwd,
     )
+
+
+def run_battery(tmp_path: Path, attacks: list[Attack], grants: dict[str, Any]) -> dict[str, Any]:
+    path = tmp_path / "attacks.yaml"
+    with path.open("w") as handle:
+        YAML().dump(recipe(attacks, grants), handle)
+    done = run_cli(path, tmp_path)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.returncode == 1, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout)
@@ -312,14 +317,7 @@ def test_ungranted_and_unknown_tools_are_refused_before_anything_runs(tmp_path: 
     path = tmp_path / "r.yaml"
     with path.open("w") as handle:
         YAML().dump(doc, handle)
-    done = subprocess.run(
-        [PLANLOOM, "run", str(path), "--yes", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        cwd=tmp_path,
-    )
+    done = run_cli(path, tmp_path)
     assert done.returncode == 2
     rules = sorted(e["rule"] for e in json.loads(done.stdout)["errors"])
     assert rules == ["not-granted", "unknown-tool"]
@@ -333,14 +331,7 @@ def test_an_independent_step_keeps_running_after_attacks(tmp_path: Path) -> None
     path = tmp_path / "r.yaml"
     with path.open("w") as handle:
         YAML().dump(doc, handle)
-    done = subprocess.run(
-        [PLANLOOM, "run", str(path), "--yes", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        cwd=tmp_path,
-    )
+    done = run_cli(path, tmp_path)
     result = json.loads(done.stdout)
     assert done.returncode == 1
     assert result["steps"]["independent"]["status"] == "succeeded"

@@ -18,11 +18,12 @@ import socket
 import sys
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import gone, marker_seconds, pids_with
 
 from capabilities import shell
 from capabilities._base import CallContext
@@ -83,43 +84,6 @@ def _denied(jail: Path, argv: list[str], rule: str, **grant: Any) -> CapabilityD
         _run(jail, argv, **grant)
     assert info.value.rule == rule, info.value.message
     return info.value
-
-
-def _alive(pid: int) -> bool:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-
-
-def _pids_with_arg(marker: str) -> list[int]:
-    """Live processes with `marker` in their command line (as an argument or inside one)."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            cmdline = (entry / "cmdline").read_bytes()
-        except OSError:
-            continue
-        if marker.encode() in cmdline and _alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
-
-
-def _gone(check: Callable[[], object], within: float = 3.0) -> bool:
-    end = time.monotonic() + within
-    while check():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def _marker_seconds(whole: int) -> str:
-    """A sleep duration that doubles as a unique marker on the command line."""
-    return f"{whole}.{uuid.uuid4().int % 10**8:08d}"
 
 
 # --- B1: shell syntax is never interpreted ---------------------------------------------------
@@ -396,7 +360,7 @@ def test_b9_dangerous_grant_env_is_refused(jail: Path, grant: dict[str, Any]) ->
 
 
 def test_b10_bounded_fork_bomb_is_contained(jail: Path) -> None:
-    marker = _marker_seconds(30)
+    marker = marker_seconds(30)
     script = f"for i in $(seq 500); do sleep {marker} & done; wait"
     start = time.monotonic()
     result: ShellResult | None = None
@@ -415,7 +379,7 @@ def test_b10_bounded_fork_bomb_is_contained(jail: Path) -> None:
     if _LAYERS.get("pids_cgroup", "").startswith("active"):
         assert result is not None
         assert "fork" in result.stderr.lower()  # stopped at the pids limit
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with(marker))
 
 
 def test_b11_yes_is_capped_and_killed(jail: Path) -> None:
@@ -427,11 +391,11 @@ def test_b11_yes_is_capped_and_killed(jail: Path) -> None:
 
 
 def test_b12_sleep_is_killed_at_the_wall_timeout(jail: Path) -> None:
-    marker = _marker_seconds(3600)
+    marker = marker_seconds(3600)
     with pytest.raises(StepTimeout) as info:
         _run(jail, ["sleep", marker], timeout=0.5, allow=["sleep"])
     assert info.value.kind == "timeout"
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with(marker))
 
 
 def test_b13_busy_loop_is_killed(jail: Path) -> None:
@@ -441,16 +405,16 @@ def test_b13_busy_loop_is_killed(jail: Path) -> None:
     with pytest.raises(StepTimeout):
         _run(jail, argv, timeout=1.0, allow=[PYTHON], unsafe_args=[PYTHON])
     assert time.monotonic() - start < 4.0
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with(marker))
 
 
 def test_b14_background_child_dies_with_the_call(jail: Path) -> None:
-    marker = _marker_seconds(600)
+    marker = marker_seconds(600)
     start = time.monotonic()
     result = _run(jail, ["sh", "-c", f"sleep {marker} & echo ok"], allow=["sh"], unsafe_args=["sh"])
     assert result.stdout == "ok\n"
     assert time.monotonic() - start < 3.0
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with(marker))
 
 
 @pytest.mark.parametrize(
@@ -464,11 +428,11 @@ def test_b14_background_child_dies_with_the_call(jail: Path) -> None:
 def test_b15_setsid_and_double_fork_die_too(jail: Path, script: str) -> None:
     if not _HAVE_PIDNS and not _LAYERS.get("pids_cgroup", "").startswith("active"):
         pytest.skip("neither a PID namespace nor a pids cgroup on this machine")
-    marker = _marker_seconds(600)
+    marker = marker_seconds(600)
     argv = ["sh", "-c", script.format(m=marker)]
     result = _run(jail, argv, allow=["sh"], unsafe_args=["sh"])
     assert result.stdout == "ok\n"
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with(marker))
 
 
 def test_b15_python_daemon_dies_too(jail: Path) -> None:
@@ -485,7 +449,7 @@ def test_b15_python_daemon_dies_too(jail: Path) -> None:
     )
     result = _run(jail, [PYTHON, "-c", code, marker], allow=[PYTHON], unsafe_args=[PYTHON])
     assert result.stdout == "parent done\n"
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with(marker))
 
 
 def test_b16_huge_allocation_fails_and_engine_survives(jail: Path) -> None:
@@ -657,7 +621,7 @@ def test_reads_outside_system_folders_and_jail_fail(jail: Path) -> None:
 
 
 def test_cancellation_kills_the_whole_tree(jail: Path) -> None:
-    marker = _marker_seconds(600)
+    marker = marker_seconds(600)
     grant = ShellGrant(cwd="J", allow=["sh"], unsafe_args=["sh"])
     ctx = CallContext(grant=grant, base_dir=jail.parent, timeout=30.0)
     script = f"setsid sleep {marker} > /dev/null 2>&1 & wait"
@@ -666,15 +630,15 @@ def test_cancellation_kills_the_whole_tree(jail: Path) -> None:
         task = asyncio.create_task(shell.run(ShellParams(argv=["sh", "-c", script]), ctx))
         for _ in range(100):
             await asyncio.sleep(0.05)
-            if _pids_with_arg(marker):
+            if pids_with(marker):
                 break
-        assert _pids_with_arg(marker)
+        assert pids_with(marker)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 5.0)
 
     asyncio.run(scenario())
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with(marker))
 
 
 def test_exec_failure_is_a_clear_step_failure(jail: Path) -> None:

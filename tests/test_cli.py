@@ -21,6 +21,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import pids_with
+
+
+def pids_with_arg(marker: str) -> list[int]:
+    return pids_with(marker, whole_argument=True)
+
 
 PLANLOOM = str(Path(sys.executable).parent / "planloom")
 DATA = Path(__file__).parent / "data" / "cli"
@@ -853,25 +859,6 @@ def test_help_exits_0(tmp_path: Path) -> None:
 # -- interruption -------------------------------------------------------------------------
 
 
-def _pids_with_arg(arg: str) -> list[int]:
-    """Live (non-zombie) processes whose argv contains `arg`."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            argv = (entry / "cmdline").read_bytes().split(b"\0")
-            stat = (entry / "stat").read_text()
-        except OSError:  # it ended while we looked
-            continue
-        if arg.encode() not in argv:
-            continue
-        state = stat.rsplit(")", 1)[1].split()[0]
-        if state not in {"Z", "X"}:
-            pids.append(int(entry.name))
-    return pids
-
-
 def _wait_for(predicate: Any, timeout: float, what: str) -> None:
     deadline = time.monotonic() + timeout
     while not predicate():
@@ -893,7 +880,7 @@ def test_sigint_cancels_running_steps_runs_finally_and_kills_children(tmp_path: 
         text=True,
     )
     try:
-        _wait_for(lambda: len(_pids_with_arg(nap)) == 2 or proc.poll() is not None, 30, "sleeps")
+        _wait_for(lambda: len(pids_with_arg(nap)) == 2 or proc.poll() is not None, 30, "sleeps")
         assert proc.poll() is None, proc.communicate()
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -903,7 +890,7 @@ def test_sigint_cancels_running_steps_runs_finally_and_kills_children(tmp_path: 
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-        for pid in _pids_with_arg(nap):  # never leave a 10-minute sleep behind
+        for pid in pids_with_arg(nap):  # never leave a 10-minute sleep behind
             os.kill(pid, signal.SIGKILL)
 
     assert proc.returncode == 130, stderr
@@ -919,7 +906,7 @@ def test_sigint_cancels_running_steps_runs_finally_and_kills_children(tmp_path: 
         "mark": "succeeded",
     }
     assert (tmp_path / "marker.txt").read_text() == "cancelled"
-    _wait_for(lambda: not _pids_with_arg(nap), 5, "the sleeps to be gone")
+    _wait_for(lambda: not pids_with_arg(nap), 5, "the sleeps to be gone")
 
 
 # -- the shipped example ------------------------------------------------------------------

@@ -13,17 +13,22 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import gone, marker_seconds, pids_with
 from pydantic import ValidationError
 
 from capabilities import shell
 from capabilities._base import CallContext, Registry
 from capabilities.shell import ShellGrant, ShellParams, ShellResult
 from engine.errors import CapabilityDenied, StepFailed, StepTimeout
+
+
+def pids_with_arg(marker: str) -> list[int]:
+    return pids_with(marker, whole_argument=True)
+
 
 PYTHON = os.path.realpath(sys.executable)
 
@@ -44,46 +49,6 @@ def _run(
 ) -> ShellResult:
     params = ShellParams(argv=argv, cwd=cwd, check=check)
     return asyncio.run(shell.run(params, _ctx(tmp_path, timeout, grant)))
-
-
-def _alive(pid: int) -> bool:
-    """Whether `pid` is a live process (a zombie counts as dead)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except FileNotFoundError:
-        return False
-    state = stat.rsplit(")", 1)[1].split()[0]
-    return state not in ("Z", "X")
-
-
-def _pids_with_arg(marker: str) -> list[int]:
-    """Live processes whose command line has `marker` as one argument."""
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            args = (entry / "cmdline").read_bytes().split(b"\x00")
-        except OSError:
-            continue
-        if marker.encode() in args and _alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
-
-
-def _gone(check: Callable[[], object], within: float = 2.0) -> bool:
-    """Poll `check()` until it is false, for at most `within` seconds (SIGKILL is async)."""
-    end = time.monotonic() + within
-    while check():
-        if time.monotonic() > end:
-            return False
-        time.sleep(0.02)
-    return True
-
-
-def _unique_seconds(whole: int) -> str:
-    """A sleep duration that doubles as a unique marker on the command line."""
-    return f"{whole}.{uuid.uuid4().int % 10**8:08d}"
 
 
 # --- registration and models -------------------------------------------------------------
@@ -418,13 +383,13 @@ def test_b11_stderr_is_capped_too(tmp_path: Path) -> None:
 
 
 def test_b12_sleep_is_killed_at_timeout(tmp_path: Path) -> None:
-    marker = _unique_seconds(3600)
+    marker = marker_seconds(3600)
     start = time.monotonic()
     with pytest.raises(StepTimeout, match=r"'sleep' timed out after 0\.5 s") as info:
         _run(tmp_path, ["sleep", marker], timeout=0.5, allow=["sleep"])
     assert info.value.kind == "timeout"
     assert time.monotonic() - start < 3.0
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with_arg(marker))
 
 
 def test_b13_busy_loop_is_killed_at_timeout(tmp_path: Path) -> None:
@@ -439,12 +404,12 @@ def test_b13_busy_loop_is_killed_at_timeout(tmp_path: Path) -> None:
             unsafe_args=[PYTHON],
         )
     assert time.monotonic() - start < 3.0
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with_arg(marker))
 
 
 def test_b14_background_descendant_is_killed(tmp_path: Path) -> None:
     # `$!` is a pid inside the sandbox's PID namespace, so look the sleeper up by marker.
-    marker = _unique_seconds(600)
+    marker = marker_seconds(600)
     start = time.monotonic()
     result = _run(
         tmp_path,
@@ -456,23 +421,23 @@ def test_b14_background_descendant_is_killed(tmp_path: Path) -> None:
     assert time.monotonic() - start < 3.0
     assert result.stdout == "ok\n"
     assert result.exit_code == 0
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with_arg(marker))
 
 
 def test_cancellation_kills_the_process_and_propagates(tmp_path: Path) -> None:
-    marker = _unique_seconds(600)
+    marker = marker_seconds(600)
     ctx = _ctx(tmp_path, 30.0, {"allow": ["sleep"]})
 
     async def scenario() -> None:
         task = asyncio.create_task(shell.run(ShellParams(argv=["sleep", marker]), ctx))
         await asyncio.sleep(0.2)
-        assert _pids_with_arg(marker)
+        assert pids_with_arg(marker)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 5.0)
 
     asyncio.run(scenario())
-    assert _gone(lambda: _pids_with_arg(marker))
+    assert gone(lambda: pids_with_arg(marker))
 
 
 def test_concurrent_runs_keep_their_own_output(tmp_path: Path) -> None:

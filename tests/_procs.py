@@ -1,0 +1,52 @@
+"""Looking for processes in /proc, for tests that assert nothing is left running.
+
+Zombies count as gone: PID 1 on test machines may not reap orphans.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+
+def alive(pid: int) -> bool:
+    """Whether `pid` is a live process (a zombie counts as dead)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except (FileNotFoundError, ProcessLookupError):
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def pids_with(marker: str, *, whole_argument: bool = False) -> list[int]:
+    """Live processes whose command line holds `marker` (as one argument, if asked)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:  # it ended while we looked
+            continue
+        hit = marker.encode() in (cmdline.split(b"\0") if whole_argument else cmdline)
+        if hit and alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def gone(check: Callable[[], object], within: float = 3.0) -> bool:
+    """Poll `check()` until it is false, for at most `within` seconds (SIGKILL is async)."""
+    end = time.monotonic() + within
+    while check():
+        if time.monotonic() > end:
+            return False
+        time.sleep(0.02)
+    return True
+
+
+def marker_seconds(whole: int) -> str:
+    """A sleep duration that doubles as a unique marker on the command line."""
+    return f"{whole}.{uuid.uuid4().int % 10**8:08d}"
