@@ -937,3 +937,24 @@ def test_shipped_project_report_recipe_runs(tmp_path: Path) -> None:
     assert result["steps"]["license"]["status"] == "fallback"  # no LICENSE: README read
     assert result["steps"]["big_project"]["status"] == "skipped"  # 3 classes is not big
     assert "ended succeeded" in (tmp_path / ".planloom" / "report" / "runs.log").read_text()
+
+
+def test_tools_lists_the_confinement_layers_of_this_machine(tmp_path: Path) -> None:
+    text = planloom("tools", cwd=tmp_path)
+    assert text.returncode == 0
+    section = text.stdout.split("confinement on this machine:", 1)[1]
+    for family, layer in [
+        ("fs", "openat2 RESOLVE_BENEATH"),
+        ("shell", "pid_namespace"),
+        ("shell", "landlock"),
+        ("http", "every resolved address public"),
+    ]:
+        assert any(
+            line.split()[:1] == [family] and layer in line for line in section.splitlines()
+        ), (family, layer)
+    rows = json.loads(planloom("tools", "--json", cwd=tmp_path).stdout)
+    shell_layers = next(r for r in rows if r["name"] == "shell.run")["confinement"]
+    assert {"pid_namespace", "network_namespace", "landlock", "rlimits"} <= set(shell_layers)
+    assert all(isinstance(state, str) and state for state in shell_layers.values())
+    http_row = next(r for r in rows if r["name"] == "http.request")
+    assert http_row["side_effects"] == "per call"
