@@ -17,11 +17,12 @@ __all__ = [
 
 def default_registry() -> Registry:
     """A registry holding every built-in capability."""
-    from capabilities import fs, http, human, shell
+    from capabilities import fs, http, human, llm, shell
 
     registry = Registry()
     fs.register(registry)
     shell.register(registry)
     http.register(registry)
     human.register(registry)
+    llm.register(registry)
     return registry

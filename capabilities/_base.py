@@ -51,6 +51,7 @@ class CallContext:
         timeout: seconds this call may take; the sandbox also enforces it from outside.
         step_id: the calling step, for messages.
         ask: puts a typed question to the person (`human.ask`); None when nobody can answer.
+        llm: the run's model client (`engine.llm.LLMClient`), when one is configured.
     """
 
     grant: BaseModel
@@ -58,6 +59,7 @@ class CallContext:
     timeout: float
     step_id: str | None = None
     ask: Asker | None = None
+    llm: Any = None
 
 
 @dataclass(frozen=True)

@@ -48,6 +48,7 @@ class Sandbox:
     default_timeout: float = 30.0
     max_tool_calls: int | None = None
     ask: Asker | None = None
+    llm: Any = None
     calls: int = 0
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
 
@@ -98,7 +99,12 @@ class Sandbox:
             raise
         limit = timeout if timeout is not None else self.default_timeout
         ctx = CallContext(
-            grant=grant, base_dir=self.base_dir, timeout=limit, step_id=step_id, ask=self.ask
+            grant=grant,
+            base_dir=self.base_dir,
+            timeout=limit,
+            step_id=step_id,
+            ask=self.ask,
+            llm=self.llm,
         )
         events = self.events
         if events is not None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -32,11 +33,13 @@ from capabilities._secrets import Secrets
 from capabilities.human import Question
 from engine._graph import plan_graph
 from engine._scheduler import Scheduler
+from engine.agent import AgentRunner, AgentTask, ToolSpec
 from engine.approval import Approver, FailClosed, Gatekeeper
-from engine.errors import ApprovalDenied, StepError, TemplateError
+from engine.errors import ApprovalDenied, StepError, StepFailed, StepTimeout, TemplateError
 from engine.events import EventBus
 from engine.inputs import resolve_inputs
-from engine.model import FallbackAction, Plan, RetryPolicy, Step
+from engine.llm import LLMClient
+from engine.model import AgentSpec, FallbackAction, Plan, RetryPolicy, Step
 from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
 from engine.templating import Template, ValueTemplate, compile_value
 
@@ -47,11 +50,23 @@ Sleep = Callable[[float], Awaitable[None]]
 
 @dataclass
 class _Action:
-    """A compiled primary or fallback action."""
+    """A compiled primary or fallback action: a tool call, or a task for the agent runner
+    (an `agent` spec, or the instructions of a natural-language fallback)."""
 
     tool: str
     params: ValueTemplate
     timeout: float | None
+    agent: AgentSpec | None = None
+    goal: ValueTemplate | None = None
+    instructions: ValueTemplate | None = None
+
+    @property
+    def is_agent(self) -> bool:
+        return self.goal is not None or self.instructions is not None
+
+
+def _agent_action(spec: AgentSpec, timeout: float | None) -> _Action:
+    return _Action("agent", compile_value({}), timeout, spec, compile_value(spec.goal))
 
 
 @dataclass
@@ -66,13 +81,22 @@ class _Compiled:
 
     def __init__(self, step: Step) -> None:
         self.step = step
-        assert step.tool is not None, "agent steps are rejected by validation in this version"
-        self.primary = _Action(step.tool, compile_value(step.params), step.timeout)
+        if step.agent is not None:
+            self.primary = _agent_action(step.agent, step.timeout)
+        else:
+            assert step.tool is not None, "validation: a step has a tool or an agent"
+            self.primary = _Action(step.tool, compile_value(step.params), step.timeout)
         self.fallback: _Action | None = None
-        if isinstance(step.fallback, FallbackAction) and step.fallback.tool is not None:
-            fb = step.fallback
+        fb = step.fallback
+        if isinstance(fb, FallbackAction):
+            timeout = fb.timeout or step.timeout
+            if fb.agent is not None:
+                self.fallback = _agent_action(fb.agent, timeout)
+            else:
+                self.fallback = _Action(fb.tool or "", compile_value(fb.params), timeout)
+        elif isinstance(fb, str):
             self.fallback = _Action(
-                fb.tool or "", compile_value(fb.params), fb.timeout or step.timeout
+                "agent", compile_value({}), step.timeout, instructions=compile_value(fb)
             )
         self.when = Template.parse(step.when) if isinstance(step.when, str) else None
         self.for_each = (
@@ -93,6 +117,9 @@ class Executor:
         sleep: waits between retries (inject a fake to make retry tests instant).
         secrets: values to redact wherever the run's data leaves it (events, errors,
             results); by default every secret-looking variable of the environment.
+        agent_runner: carries out `agent` steps and natural-language fallbacks (the ReAct
+            loop); without one such steps fail saying a model is needed.
+        llm: the run's model client, for the `llm.*` capabilities and usage totals.
     """
 
     def __init__(
@@ -108,6 +135,8 @@ class Executor:
         sleep: Sleep = asyncio.sleep,
         run_id: str | None = None,
         secrets: Secrets | None = None,
+        agent_runner: AgentRunner | None = None,
+        llm: LLMClient | None = None,
     ) -> None:
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -126,7 +155,12 @@ class Executor:
             default_timeout=plan.limits.timeout,
             max_tool_calls=plan.limits.max_tool_calls,
             ask=self._ask,
+            llm=llm,
         )
+        self.registry = registry
+        self.agent_runner = agent_runner
+        self.llm = llm
+        self._transcripts: dict[str, list[dict[str, Any]]] = {}
         self.sleep = sleep
         self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
         self.errors: list[str] = []
@@ -184,7 +218,7 @@ class Executor:
             status=main,
             steps=dict(self.results),
             outputs=outputs,
-            usage=Usage(tool_calls=self.sandbox.calls),
+            usage=self._usage(),
             errors=[self.secrets.redact(error) for error in self.errors],
             approvals=list(self.gatekeeper.decisions),
         )
@@ -337,7 +371,9 @@ class Executor:
         if compiled.fallback is not None:
             try:
                 tally.attempts += 1
-                output = await self._attempt(step, compiled.fallback, context, tally.attempts)
+                output = await self._attempt(
+                    step, compiled.fallback, context, tally.attempts, failure=error
+                )
                 return "fallback", output, f"primary failed: {error}"
             except StepError as exc:
                 error = f"{error}; fallback failed: {exc.message}"
@@ -364,19 +400,26 @@ class Executor:
         raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
 
     async def _attempt(
-        self, step: Step, action: _Action, context: dict[str, Any], attempt: int
+        self,
+        step: Step,
+        action: _Action,
+        context: dict[str, Any],
+        attempt: int,
+        failure: str | None = None,
     ) -> Any:
         self.events.emit("attempt.started", step.id, attempt, action=action.tool)
         try:
-            params = action.params.render(context)
-            output = await self.sandbox.call(
-                action.tool,
-                params,
-                step_id=step.id,
-                attempt=attempt,
-                confirm=step.confirm,
-                timeout=action.timeout,
-            )
+            if action.is_agent:
+                output = await self._agent(step, action, context, attempt, failure)
+            else:
+                output = await self.sandbox.call(
+                    action.tool,
+                    action.params.render(context),
+                    step_id=step.id,
+                    attempt=attempt,
+                    confirm=step.confirm,
+                    timeout=action.timeout,
+                )
         except StepError as exc:
             self.events.emit(
                 "attempt.finished",
@@ -388,6 +431,93 @@ class Executor:
             raise
         self.events.emit("attempt.finished", step.id, attempt, outcome="ok")
         return output
+
+    async def _agent(
+        self,
+        step: Step,
+        action: _Action,
+        context: dict[str, Any],
+        attempt: int,
+        failure: str | None,
+    ) -> Any:
+        """Hand the task to the agent runner; its tool calls pass the same sandbox gate."""
+        if self.agent_runner is None:
+            raise StepFailed(
+                f"step '{step.id}' needs a model (an agent step or a natural-language "
+                "fallback): pass --model and --base-url, or set PLANLOOM_MODEL and "
+                "OPENAI_API_KEY"
+            )
+        if action.instructions is not None:
+            goal = str(action.instructions.render(context))
+            names = self._granted_actions()
+            facts = self._failure_context(step, context, failure)
+            spec = AgentSpec(goal=goal or "recover", tools=names)
+        else:
+            assert action.agent is not None
+            assert action.goal is not None
+            spec, names, facts = action.agent, action.agent.tools, None
+            goal = str(action.goal.render(context))
+
+        async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
+            return await self.sandbox.call(
+                name, arguments, step_id=step.id, attempt=attempt, confirm=step.confirm
+            )
+
+        task = AgentTask(
+            goal=goal,
+            tools=[self._tool_spec(name) for name in names],
+            call_tool=call_tool,
+            max_iterations=spec.max_iterations,
+            output_schema=spec.output_schema,
+            context=facts,
+        )
+        try:
+            if action.timeout is None:
+                return await self.agent_runner.run(task)
+            try:
+                async with asyncio.timeout(action.timeout):
+                    return await self.agent_runner.run(task)
+            except TimeoutError:
+                raise StepTimeout(f"agent timed out after {action.timeout:g} s") from None
+        finally:
+            self._transcripts.setdefault(step.id, []).extend(
+                {"tool": e.tool, "arguments": e.arguments, "status": e.status, "detail": e.detail}
+                for e in task.transcript
+            )
+
+    def _tool_spec(self, name: str) -> ToolSpec:
+        action = self.registry.actions[name]
+        return ToolSpec(name, action.description, action.params_model.model_json_schema())
+
+    def _granted_actions(self) -> list[str]:
+        granted = set(self.plan.capabilities)
+        return sorted(
+            name
+            for name, action in self.registry.actions.items()
+            if action.family in granted and action.family not in {"human", "llm"}
+        )
+
+    def _failure_context(self, step: Step, context: dict[str, Any], failure: str | None) -> str:
+        try:
+            params = json.dumps(
+                self._compiled[step.id].primary.params.render(context), default=repr
+            )
+        except StepError:
+            params = "(could not be rendered)"
+        return (
+            f"You are the fallback of step '{step.id}', which ran "
+            f"{step.tool or 'an agent task'} with params {params[:4000]} and failed: "
+            f"{failure or 'unknown error'}"
+        )
+
+    def _usage(self) -> Usage:
+        usage = Usage(tool_calls=self.sandbox.calls)
+        if self.llm is not None:
+            budget = self.llm.budget
+            usage.llm_calls = budget.calls
+            usage.prompt_tokens = budget.prompt_tokens
+            usage.completion_tokens = budget.completion_tokens
+        return usage
 
     async def _ask(self, step_id: str, question: BaseModel) -> Any:
         assert isinstance(question, Question)
@@ -415,6 +545,9 @@ class Executor:
         return context
 
     def _finish(self, step_id: str, result: StepResult, *, emit: bool = True) -> StepResult:
+        transcript = self._transcripts.get(step_id)
+        if transcript:
+            result.transcript = self.secrets.redact_value(transcript)
         if result.error:
             # Errors quote params, argv and URLs: they leave the run, so no secrets in them.
             result.error = self.secrets.redact(result.error)

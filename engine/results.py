@@ -42,6 +42,9 @@ class StepResult(BaseModel):
     output: Any = None
     error: str | None = None
     attempts: int = 0
+    transcript: list[dict[str, Any]] | None = Field(
+        None, description="Agent steps: every tool call as it really went."
+    )
 
 
 class Usage(BaseModel):

@@ -220,22 +220,14 @@ class _Checker:
     ) -> None:
         self._inputs(plan)
         granted = self._grants(plan)
-        if not steps and not plan.steps and "steps" not in data:
-            if plan.goal:
-                self.report(
-                    ("goal",),
-                    "unsupported",
-                    "planning from a goal needs the LLM "
-                    "planner, which this version does not include yet",
-                    "write the steps out under 'steps:'",
-                )
-            else:
-                self.report(
-                    (),
-                    "missing-key",
-                    "the recipe has no 'steps'",
-                    "add a 'steps:' list, each step with an 'id' and a 'tool'",
-                )
+        # with a goal and no steps, the LLM planner writes them
+        if not steps and not plan.steps and "steps" not in data and not plan.goal:
+            self.report(
+                (),
+                "missing-key",
+                "the recipe has no 'steps'",
+                "add a 'steps:' list, each step with an 'id' and a 'tool'",
+            )
         ids: dict[str, NodePath] = {}
         for path, step in steps:
             if step.id in ids:
@@ -254,11 +246,11 @@ class _Checker:
             s.id for p, s in steps if p[0] == "finally"
         }
         for path, step in steps:
-            self._action(path, step.tool, step.params, granted, step.agent is not None)
+            self._action(path, step.tool, step.params, granted, step.agent)
             self._step_shape(path, step)
             if isinstance(step.fallback, FallbackAction):
                 fb = step.fallback
-                self._action((*path, "fallback"), fb.tool, fb.params, granted, fb.agent is not None)
+                self._action((*path, "fallback"), fb.tool, fb.params, granted, fb.agent)
             visible = main_ids if path[0] == "steps" else main_ids | final_ids
             self._references(path, step, plan, visible, final_ids if path[0] == "steps" else set())
         for section in _SECTIONS:
@@ -336,32 +328,34 @@ class _Checker:
         tool: str | None,
         params: dict[str, Any],
         granted: set[str],
-        is_agent: bool,
+        agent: AgentSpec | None,
     ) -> None:
-        if is_agent:
-            self.report(
-                (*path, "agent"),
-                "unsupported",
-                "agent steps need the LLM layer, which this version does not include yet",
-                "use a 'tool' action for now",
-            )
+        if agent is not None:
+            for index, name in enumerate(agent.tools):
+                self._tool((*path, "agent", "tools", index), name, granted)
             return
         if tool is None:
             return
+        action = self._tool((*path, "tool"), tool, granted)
+        if action is not None:
+            self._params(path, tool, action.params_model, params)
+
+    def _tool(self, path: NodePath, tool: str, granted: set[str]) -> Any:
+        """The action named `tool`, reporting it when unknown or not granted."""
         action = self.registry.get(tool)
         if action is None:
             hint = self.registry.suggest(tool) or "run 'planloom tools' to list the actions"
-            self.report((*path, "tool"), "unknown-tool", f"unknown tool '{tool}'", hint)
-            return
+            self.report(path, "unknown-tool", f"unknown tool '{tool}'", hint)
+            return None
         if action.family not in granted:
             self.report(
-                (*path, "tool"),
+                path,
                 "not-granted",
                 f"'{tool}' needs the '{action.family}' capability, which this recipe "
                 "does not grant",
                 f"add it under 'capabilities:', e.g. capabilities: {{{action.family}: {{}}}}",
             )
-        self._params(path, tool, action.params_model, params)
+        return action
 
     def _params(
         self, path: NodePath, tool: str, model: type[BaseModel], params: dict[str, Any]
@@ -401,14 +395,6 @@ class _Checker:
                     )
 
     def _step_shape(self, path: NodePath, step: Step) -> None:
-        if isinstance(step.fallback, str):
-            self.report(
-                (*path, "fallback"),
-                "unsupported",
-                "natural-language fallbacks need the LLM layer, which this version "
-                "does not include yet",
-                "give the fallback as an action: fallback: {tool: ..., params: {...}}",
-            )
         for name in ("when", "for_each"):
             value = getattr(step, name)
             if isinstance(value, str):

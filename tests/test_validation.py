@@ -26,10 +26,6 @@ Check = Callable[[str], list[Diagnostic]]
 CYCLE_HINT = "remove one of these dependencies (a 'steps.X' reference or a 'depends_on' entry)"
 DUPLICATE_KEY_HINT = "remove one of them; YAML would silently keep only the last"
 DUPLICATE_ID_HINT = "give every step, 'finally' steps included, its own id"
-AGENT_UNSUPPORTED = (
-    "agent steps need the LLM layer, which this version does not include yet",
-    "use a 'tool' action for now",
-)
 
 
 def _write(text: str, name: str = "r.yaml") -> Path:
@@ -173,7 +169,6 @@ UNKNOWN_KEY_CASES = {
             agent: {goal: hi, tols: [fs.read]}
         """,
         [
-            ("r.yaml:5:12: error[unsupported]: " + AGENT_UNSUPPORTED[0], AGENT_UNSUPPORTED[1]),
             (
                 "r.yaml:5:23: error[unknown-key]: unknown key 'tols' in steps[0].agent",
                 "did you mean 'tools'?",
@@ -191,7 +186,6 @@ UNKNOWN_KEY_CASES = {
             fallback: {agent: {goal: x, max_iter: 3}}
         """,
         [
-            ("r.yaml:7:23: error[unsupported]: " + AGENT_UNSUPPORTED[0], AGENT_UNSUPPORTED[1]),
             (
                 "r.yaml:7:33: error[unknown-key]: unknown key 'max_iter' in "
                 "steps[0].fallback.agent",
@@ -1196,14 +1190,14 @@ def test_step_with_both_or_neither_action(check: Check) -> None:
 # -- what this version does not do yet, said honestly --------------------------------------------
 
 
-def test_agent_steps_and_string_fallbacks_are_unsupported(check: Check) -> None:
+def test_agent_tools_must_exist_and_be_granted(check: Check) -> None:
     diags = check(
         """
         version: 1
         capabilities: {fs: {}}
         steps:
           - id: a
-            agent: {goal: summarize}
+            agent: {goal: summarize, tools: [fs.read, fs.reed, shell.run]}
           - id: c
             tool: fs.read
             params: {path: x}
@@ -1211,33 +1205,25 @@ def test_agent_steps_and_string_fallbacks_are_unsupported(check: Check) -> None:
         """
     )
     assert pairs(diags) == [
-        ("r.yaml:5:12: error[unsupported]: " + AGENT_UNSUPPORTED[0], AGENT_UNSUPPORTED[1]),
+        ("r.yaml:5:47: error[unknown-tool]: unknown tool 'fs.reed'", "did you mean 'fs.read'?"),
         (
-            "r.yaml:9:15: error[unsupported]: natural-language fallbacks need the LLM layer, "
-            "which this version does not include yet",
-            "give the fallback as an action: fallback: {tool: ..., params: {...}}",
+            "r.yaml:5:56: error[not-granted]: 'shell.run' needs the 'shell' capability, which "
+            "this recipe does not grant",
+            "add it under 'capabilities:', e.g. capabilities: {shell: {}}",
         ),
     ]
 
 
-def test_goal_without_steps_is_unsupported(check: Check) -> None:
-    diags = check(
+def test_goal_without_steps_is_valid_for_the_planner(valid: Callable[[str], Plan]) -> None:
+    plan = valid(
         """
         version: 1
         goal: do the thing
         capabilities: {fs: {}}
         """
     )
-    assert pairs(diags) == [
-        (
-            "r.yaml:2:7: error[unsupported]: planning from a goal needs the LLM planner, "
-            "which this version does not include yet",
-            "write the steps out under 'steps:'",
-        )
-    ]
-
-
-# -- inputs ----------------------------------------------------------------------------------
+    assert plan.goal == "do the thing"
+    assert plan.steps == []
 
 
 def test_input_defaults_and_enums(check: Check) -> None:

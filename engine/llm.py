@@ -1,0 +1,373 @@
+"""One client layer over `openai.AsyncOpenAI` for any OpenAI-compatible endpoint.
+
+Configuration comes from the CLI, then the environment (`PLANLOOM_MODEL`, `OPENAI_BASE_URL`,
+`OPENAI_API_KEY`), then the recipe's `llm:` block. Calls retry 429, 5xx, timeouts and
+connection errors with 1 s, 2 s, 4 s backoff (a `Retry-After` header wins); 400 is not
+retried; 401/403 and a missing key are `ConfigurationError`s, found by `preflight()` before
+any step runs. Every call counts against the run's budget and records tokens and latency.
+openai's exceptions are translated here, once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import json
+import os
+import re
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+import openai
+from pydantic import BaseModel, SecretStr
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
+
+from engine.errors import BudgetExceeded, ConfigurationError, StepFailed, StepTimeout
+from engine.model import LLMSettings
+
+__all__ = [
+    "Budget",
+    "ChatResult",
+    "LLMClient",
+    "LLMConfig",
+    "LLMError",
+    "ToolCallRequest",
+    "extract_json",
+    "resolve_llm_config",
+]
+
+DEFAULT_TIMEOUT = 30.0
+BACKOFF = (1.0, 2.0, 4.0)
+MAX_RETRY_AFTER = 60.0
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+class LLMError(StepFailed):
+    """A model call failed for good (after retries), or its answer was unusable."""
+
+
+class LLMConfig(BaseModel):
+    """Where and how to call the model."""
+
+    model: str
+    base_url: str | None = None
+    api_key: SecretStr | None = None
+    temperature: float | None = None
+    timeout: float = DEFAULT_TIMEOUT
+
+
+def resolve_llm_config(
+    recipe: LLMSettings | None,
+    *,
+    model: str | None = None,
+    base_url: str | None = None,
+    environ: Mapping[str, str] | None = None,
+) -> LLMConfig:
+    """The effective configuration: CLI flags, then environment, then recipe.
+
+    Raises:
+        ConfigurationError: no model is named, or no API key for a remote endpoint.
+    """
+    env = os.environ if environ is None else environ
+    chosen_model = model or env.get("PLANLOOM_MODEL") or (recipe.model if recipe else None)
+    if not chosen_model:
+        raise ConfigurationError(
+            "no model configured: pass --model, set PLANLOOM_MODEL, or add "
+            "llm: {model: ...} to the recipe"
+        )
+    url = base_url or env.get("OPENAI_BASE_URL") or (recipe.base_url if recipe else None)
+    key = env.get("OPENAI_API_KEY")
+    if not key and not _is_loopback(url):
+        where = url or "the OpenAI API"
+        raise ConfigurationError(
+            f"no API key for {where}: set OPENAI_API_KEY (a base URL on loopback, such as a "
+            "local Ollama or vLLM, needs none)"
+        )
+    return LLMConfig(
+        model=chosen_model,
+        base_url=url,
+        api_key=SecretStr(key) if key else None,
+        temperature=recipe.temperature if recipe else None,
+    )
+
+
+def _is_loopback(url: str | None) -> bool:
+    if not url:
+        return False
+    host = (urlsplit(url).hostname or "").lower()
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+@dataclass
+class Budget:
+    """What a run may still spend on models."""
+
+    max_calls: int | None = None
+    max_tokens: int | None = None
+    deadline: float | None = None  # time.monotonic() value
+    calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency: float = 0.0
+
+    def check(self) -> None:
+        if self.max_calls is not None and self.calls >= self.max_calls:
+            raise BudgetExceeded(
+                f"the run used all {self.max_calls} model calls (limits.max_llm_calls)",
+                limit="max_llm_calls",
+            )
+        if self.max_tokens is not None and self.tokens >= self.max_tokens:
+            raise BudgetExceeded(
+                f"the run used all {self.max_tokens} tokens (limits.max_llm_tokens)",
+                limit="max_llm_tokens",
+            )
+        if self.deadline is not None and time.monotonic() >= self.deadline:
+            raise BudgetExceeded("the run reached limits.max_duration", limit="max_duration")
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+    def remaining(self) -> str:
+        """A line for the model: what is left of the budget."""
+        parts = []
+        if self.max_calls is not None:
+            parts.append(f"{self.max_calls - self.calls} model calls")
+        if self.max_tokens is not None:
+            parts.append(f"{self.max_tokens - self.tokens} tokens")
+        return "budget left: " + (", ".join(parts) if parts else "unlimited")
+
+
+class ToolCallRequest(BaseModel):
+    """A tool call the model asked for; `arguments` is its raw JSON text."""
+
+    id: str
+    name: str
+    arguments: str
+
+
+class ChatResult(BaseModel):
+    """One model answer."""
+
+    content: str | None = None
+    tool_calls: list[ToolCallRequest] = []
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency: float = 0.0
+
+
+JsonMode = Literal["json_schema", "json_object", "text"]
+
+
+@dataclass
+class LLMClient:
+    """Chat calls for one run, with retries, budget and usage accounting."""
+
+    config: LLMConfig
+    budget: Budget = field(default_factory=Budget)
+    sleep: Sleep = asyncio.sleep
+    client: Any = None
+    json_mode: JsonMode = "json_schema"  # downgraded when the endpoint refuses it
+
+    def __post_init__(self) -> None:
+        if self.client is None:
+            key = self.config.api_key.get_secret_value() if self.config.api_key else "none"
+            self.client = openai.AsyncOpenAI(
+                api_key=key,
+                base_url=self.config.base_url,
+                timeout=self.config.timeout,
+                max_retries=0,  # retries are ours, with our backoff and budget
+            )
+
+    async def aclose(self) -> None:
+        await self.client.close()
+
+    async def preflight(self) -> None:
+        """Fail before any step runs if the endpoint refuses the key.
+
+        Raises:
+            ConfigurationError: 401/403, or the endpoint cannot be reached at all.
+        """
+        try:
+            await self.client.models.list()
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise ConfigurationError(
+                f"the model endpoint refused the API key ({exc.status_code}): check "
+                "OPENAI_API_KEY and --base-url"
+            ) from exc
+        except openai.APIConnectionError as exc:
+            raise ConfigurationError(
+                f"cannot reach the model endpoint {self.config.base_url or 'api.openai.com'}: "
+                f"{type(exc).__name__}"
+            ) from exc
+        except openai.APIStatusError:
+            pass  # no /models on this server (some compatible servers): the key is checked later
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        response_format: dict[str, Any] | None = None,
+    ) -> ChatResult:
+        """One chat completion, retried on transient failures.
+
+        Raises:
+            BudgetExceeded: the run's model budget is spent.
+            ConfigurationError: the endpoint refused the key (401/403).
+            LLMError: a non-retryable error, or retries exhausted.
+            StepTimeout: the last attempt timed out.
+        """
+        self.budget.check()
+        kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        if tools:
+            kwargs["tools"] = tools
+        if response_format is not None:
+            kwargs["response_format"] = response_format
+        if self.config.temperature is not None:
+            kwargs["temperature"] = self.config.temperature
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(len(BACKOFF) + 1),
+            wait=_backoff,
+            retry=retry_if_exception(_transient),
+            sleep=self.sleep,
+            reraise=True,
+        )
+        started = time.monotonic()
+        try:
+            async for attempt in retrying:
+                with attempt:
+                    response = await self.client.chat.completions.create(**kwargs)
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise ConfigurationError(
+                f"the model endpoint refused the API key ({exc.status_code})"
+            ) from exc
+        except openai.APITimeoutError as exc:
+            raise StepTimeout(
+                f"the model did not answer within {self.config.timeout:g} s "
+                f"({len(BACKOFF) + 1} attempts)"
+            ) from exc
+        except openai.APIStatusError as exc:
+            raise LLMError(
+                f"the model endpoint answered {exc.status_code}: {_message(exc)}"
+            ) from exc
+        except openai.APIError as exc:
+            raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        return self._account(response, time.monotonic() - started)
+
+    def _account(self, response: Any, latency: float) -> ChatResult:
+        self.budget.calls += 1
+        self.budget.latency += latency
+        usage = getattr(response, "usage", None)
+        prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
+        completion = int(getattr(usage, "completion_tokens", 0) or 0)
+        self.budget.prompt_tokens += prompt
+        self.budget.completion_tokens += completion
+        try:
+            message = response.choices[0].message
+        except (AttributeError, IndexError) as exc:
+            raise LLMError("the model answered with no choices") from exc
+        calls = [
+            ToolCallRequest(
+                id=call.id or f"call_{index}",
+                name=call.function.name,
+                arguments=call.function.arguments or "{}",
+            )
+            for index, call in enumerate(message.tool_calls or [])
+        ]
+        return ChatResult(
+            content=message.content,
+            tool_calls=calls,
+            prompt_tokens=prompt,
+            completion_tokens=completion,
+            latency=latency,
+        )
+
+    async def chat_json(
+        self, messages: list[dict[str, Any]], schema: dict[str, Any], *, name: str = "answer"
+    ) -> Any:
+        """A JSON answer: structured output where the endpoint supports it, else JSON mode,
+        else tolerant extraction from text.
+
+        Raises:
+            LLMError: the answer holds no JSON.
+        """
+        while True:
+            if self.json_mode == "json_schema":
+                response_format: dict[str, Any] | None = {
+                    "type": "json_schema",
+                    "json_schema": {"name": name, "schema": schema},
+                }
+            elif self.json_mode == "json_object":
+                response_format = {"type": "json_object"}
+            else:
+                response_format = None
+            try:
+                result = await self.chat(messages, response_format=response_format)
+            except LLMError as exc:
+                if self.json_mode != "text" and "400" in exc.message:
+                    self.json_mode = "json_object" if self.json_mode == "json_schema" else "text"
+                    continue
+                raise
+            return extract_json(result.content or "")
+
+
+def extract_json(text: str) -> Any:
+    """The first JSON value in `text`: all of it, a fenced block, or the first {...}/[...].
+
+    Raises:
+        LLMError: no JSON value could be found.
+    """
+    candidates = [text.strip()]
+    candidates += re.findall(r"```(?:json)?\s*(.*?)```", text, re.S)
+    decoder = json.JSONDecoder()
+    for candidate in candidates:
+        try:
+            return json.loads(candidate)
+        except ValueError:
+            pass
+    for index, char in enumerate(text):
+        if char in "{[":
+            try:
+                value, _ = decoder.raw_decode(text, index)
+                return value
+            except ValueError:
+                continue
+    raise LLMError(f"the model's answer holds no JSON: {text[:200]!r}")
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, openai.APIStatusError):
+        return exc.status_code == 429 or exc.status_code >= 500
+    return isinstance(exc, openai.APITimeoutError | openai.APIConnectionError)
+
+
+def _backoff(state: RetryCallState) -> float:
+    """1 s, 2 s, 4 s; a Retry-After header (seconds) wins, capped at a minute."""
+    delay = BACKOFF[min(state.attempt_number, len(BACKOFF)) - 1]
+    outcome = state.outcome
+    exc = outcome.exception() if outcome is not None else None
+    if isinstance(exc, openai.APIStatusError):
+        header = exc.response.headers.get("retry-after")
+        with contextlib.suppress(ValueError):  # an HTTP date: keep our own backoff
+            delay = min(float(header), MAX_RETRY_AFTER) if header is not None else delay
+    return delay
+
+
+def _message(exc: openai.APIStatusError) -> str:
+    body = exc.body
+    if isinstance(body, dict):
+        error = body.get("error", body)
+        if isinstance(error, dict) and error.get("message"):
+            return str(error["message"])[:500]
+    return str(exc)[:500]
