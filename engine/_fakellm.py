@@ -25,6 +25,7 @@ Example:
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import http.server
 import json
@@ -347,15 +348,26 @@ _TRUNCATED: dict[str, Any] = {
 class FakeOpenAIServer:
     """An OpenAI-compatible chat completions endpoint on 127.0.0.1, run in its own thread.
 
-    Serves `POST /v1/chat/completions` and `GET /v1/models`. Use it as a context manager,
-    `with` or `async with` (it runs in threads, so it serves async clients too), and point
-    a client at `base_url`.
+    Serves `POST /v1/chat/completions` and `GET /v1/models` (listing the model names
+    requested so far). Use it as a context manager, `with` or `async with` (it runs in
+    threads, so it serves async clients too), and point a client at `base_url`.
+
+    Each chat completion request is recorded, then checked in this order: the API key
+    (401), `json_schema` support (400), the next injected fault, and finally the model.
+
+    Args:
+        model: a `ScriptedModel`, or a function it wraps.
+        api_key: when set, requests must carry `Authorization: Bearer <api_key>` (else 401).
+        latency: seconds to wait before each chat completion reply (for benchmarks).
+        supports_json_schema: False makes `response_format` type `json_schema` a 400, as
+            older or non-OpenAI servers do (`json_object` is still accepted).
 
     Attributes:
         model: the `ScriptedModel` answering requests.
         requests: every chat completion request received, faulted or not.
         headers: the headers of each of those requests (lower-case names), same order.
-        errors: exceptions the model function raised (each became an HTTP 500).
+        errors: exceptions the model function raised (each became an HTTP 500), and any
+            bug in the fake itself.
     """
 
     def __init__(
@@ -366,13 +378,6 @@ class FakeOpenAIServer:
         latency: float = 0.0,
         supports_json_schema: bool = True,
     ) -> None:
-        """Args:
-        model: a `ScriptedModel`, or a function it wraps.
-        api_key: when set, requests must carry `Authorization: Bearer <api_key>` (else 401).
-        latency: seconds to wait before each chat completion reply (for benchmarks).
-        supports_json_schema: False makes `response_format` type `json_schema` a 400,
-            as older or non-OpenAI servers do (`json_object` is still accepted).
-        """
         self.model = model if isinstance(model, ScriptedModel) else ScriptedModel(model)
         self.api_key = api_key
         self.latency = latency
@@ -439,8 +444,6 @@ class FakeOpenAIServer:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        import asyncio
-
         # joining threads blocks; keep the event loop free meanwhile
         await asyncio.to_thread(self.close)
 

@@ -30,9 +30,12 @@ from engine.errors import ConfigurationError, PlanValidationError
 from engine.events import EventBus, structlog_subscriber
 from engine.executor import Executor
 from engine.inputs import parse_assignments
-from engine.model import Plan, plan_json_schema
-from engine.render import render_graph
+from engine.llm import Budget, LLMClient, resolve_llm_config
+from engine.model import FallbackAction, Limits, LLMSettings, Plan, plan_json_schema
+from engine.render import plan_has_side_effects, render_graph, render_plan
 from engine.results import RunResult
+from planners.llm import LLMPlanner
+from planners.react import ReactAgent
 
 __all__ = ["main"]
 
@@ -78,6 +81,24 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     run.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
     run.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
+    _model_flags(run)
+
+    plan = sub.add_parser("plan", help="plan a goal with the model, show it, approve, run")
+    plan.add_argument("goal")
+    plan.add_argument(
+        "--capabilities",
+        metavar="FILE",
+        help="YAML with a 'capabilities:' block (and limits), as in recipes",
+    )
+    plan.add_argument("-o", "--output", metavar="RECIPE", help="save the plan as a recipe")
+    plan.add_argument("-i", "--input", action="append", default=[], metavar="KEY=VALUE")
+    plan_who = plan.add_mutually_exclusive_group()
+    plan_who.add_argument("--yes", action="store_true", help="approve the plan and every gate")
+    plan_who.add_argument("--no", action="store_true", help="reject the plan")
+    plan.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    plan.add_argument("-v", "--verbose", action="store_true")
+    plan.add_argument("--log-file", metavar="FILE")
+    _model_flags(plan)
 
     validate = sub.add_parser("validate", help="check a recipe without running it")
     validate.add_argument("recipe")
@@ -94,6 +115,13 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _model_flags(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--model", help="model name (else PLANLOOM_MODEL, else the recipe's)")
+    parser.add_argument(
+        "--base-url", help="OpenAI-compatible endpoint (else OPENAI_BASE_URL, else OpenAI)"
+    )
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `planloom` console script; returns the exit code."""
     args = _parser().parse_args(argv)
@@ -104,6 +132,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         gc.freeze()
         command = {
             "run": _cmd_run,
+            "plan": _cmd_plan,
             "validate": _cmd_validate,
             "graph": _cmd_graph,
             "schema": _cmd_schema,
@@ -112,7 +141,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return command(args, registry)
     except ConfigurationError as exc:
         sys.stderr.write(f"planloom: error: {exc}\n")
-        if args.command == "run" and args.json:
+        if args.command in ("run", "plan") and args.json:
             _print_json(_invalid([{"rule": "configuration", "message": str(exc)}]))
         return EXIT_INVALID
 
@@ -239,45 +268,175 @@ def _cmd_run(args: argparse.Namespace, registry: Registry) -> int:
     loaded = _load(args.recipe, registry, as_json=args.json, wrap=True)
     if isinstance(loaded, int):
         return loaded
-    inputs = parse_assignments(args.input)
-    events = EventBus("pending")
-    live = _live_view(args, loaded, events)
-    approver: Approver
+    base_dir = Path(args.recipe).resolve().parent
+    goal = loaded.goal if not loaded.steps else None
+    base = loaded.to_data()
+    return _session(args, registry, loaded, base, base_dir, goal=goal)
+
+
+def _cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
+    base: dict[str, Any] = {"version": 1, "name": "plan"}
+    base_dir = Path.cwd()
+    if args.capabilities:
+        from planners.recipe import read_recipe
+
+        try:
+            data, _ = read_recipe(args.capabilities)
+        except PlanValidationError as exc:
+            sys.stderr.write(render_diagnostics(exc.diagnostics, None) + "\n")
+            return EXIT_INVALID
+        if not isinstance(data, dict) or not isinstance(data.get("capabilities"), dict):
+            raise ConfigurationError(
+                f"--capabilities {args.capabilities}: expected YAML with a 'capabilities:' "
+                "mapping, as in recipes"
+            )
+        base.update({k: v for k, v in data.items() if k not in ("steps", "finally", "goal")})
+        base_dir = Path(args.capabilities).resolve().parent
+    return _session(args, registry, None, base, base_dir, goal=args.goal)
+
+
+def _needs_model(plan: Plan) -> bool:
+    return "llm" in plan.capabilities or any(
+        step.agent is not None
+        or isinstance(step.fallback, str)
+        or (isinstance(step.fallback, FallbackAction) and step.fallback.agent is not None)
+        for step in plan.all_steps()
+    )
+
+
+def _approver(args: argparse.Namespace, live: LiveProgress | None) -> Approver:
     if args.yes:
-        approver = ApproveAll()
-    elif args.no:
-        approver = DenyAll()
-    elif sys.stdin.isatty() and sys.stderr.isatty():
-        approver = TerminalApprover(pause=live.paused if live is not None else None)
-    else:
-        approver = FailClosed()
+        return ApproveAll()
+    if args.no:
+        return DenyAll()
+    if sys.stdin.isatty() and sys.stderr.isatty():
+        return TerminalApprover(pause=live.paused if live is not None else None)
+    return FailClosed()
+
+
+def _session(
+    args: argparse.Namespace,
+    registry: Registry,
+    plan: Plan | None,
+    base: dict[str, Any],
+    base_dir: Path,
+    *,
+    goal: str | None,
+) -> int:
+    """Configure the model if the run needs one, plan if asked, approve, run: one loop."""
+    recipe_llm = LLMSettings.model_validate(base["llm"]) if base.get("llm") else None
+    needs_model = goal is not None or (plan is not None and _needs_model(plan))
+    config = (
+        resolve_llm_config(recipe_llm, model=args.model, base_url=args.base_url)
+        if needs_model
+        else None
+    )
+    inputs = parse_assignments(args.input)
+    limits = Limits.model_validate(base.get("limits") or {})
     log_stream = _open_log(args.log_file) if args.log_file else None
+    events = EventBus("pending")
+
+    async def go() -> tuple[RunResult, Any]:
+        client = None
+        if config is not None:
+            budget = Budget(max_calls=limits.max_llm_calls, max_tokens=limits.max_llm_tokens)
+            client = LLMClient(config, budget=budget)
+        try:
+            if client is not None:
+                await client.preflight()
+            chosen = plan
+            if goal is not None:
+                assert client is not None
+                chosen = await _plan_and_approve(args, registry, client, goal, base, base_dir)
+                if chosen is None:
+                    return RunResult(run_id="-", status="rejected"), None
+            assert chosen is not None
+            live = _live_view(args, chosen, events)
+            executor = Executor(
+                chosen,
+                registry=registry,
+                base_dir=base_dir,
+                inputs=inputs,
+                inputs_from_text=True,
+                approver=_approver(args, live),
+                events=events,
+                agent_runner=ReactAgent(client) if client is not None else None,
+                llm=client,
+            )
+            events.run_id = executor.run_id
+            _subscribe_logs(events, verbose=args.verbose, log_stream=log_stream)
+            if live is None:
+                return await _with_signals(executor), executor.secrets
+            with live:
+                return await _with_signals(executor), executor.secrets
+        finally:
+            if client is not None:
+                await client.aclose()
+
     try:
-        executor = Executor(
-            loaded,
-            registry=registry,
-            base_dir=Path(args.recipe).resolve().parent,
-            inputs=inputs,
-            inputs_from_text=True,
-            approver=approver,
-            events=events,
-        )
-        events.run_id = executor.run_id
-        _subscribe_logs(events, verbose=args.verbose, log_stream=log_stream)
-        result = _run_with_signals(executor, live=live)
+        result, secrets = asyncio.run(go())
     finally:
         if log_stream is not None:
             log_stream.close()
     if args.json:
         # Outputs are the steps' raw data: redact at this sink, as at every other.
-        _print_json(executor.secrets.redact_value(result.model_dump(mode="json")))
-    print_summary(result, sys.stderr, color=sys.stderr.isatty())
+        data = result.model_dump(mode="json")
+        _print_json(secrets.redact_value(data) if secrets is not None else data)
+    if result.status == "rejected":
+        sys.stderr.write("plan rejected: nothing ran\n")
+    else:
+        print_summary(result, sys.stderr, color=sys.stderr.isatty())
     return {
         "succeeded": EXIT_OK,
         "failed": EXIT_FAILED,
         "rejected": EXIT_REJECTED,
         "cancelled": EXIT_INTERRUPTED,
     }[result.status]
+
+
+async def _plan_and_approve(
+    args: argparse.Namespace,
+    registry: Registry,
+    client: LLMClient,
+    goal: str,
+    base: dict[str, Any],
+    base_dir: Path,
+) -> Plan | None:
+    """Plan the goal, show the plan, save it if asked; None if the plan was rejected."""
+    sys.stderr.write(f"planning: {goal}\n")
+    outcome = await LLMPlanner(client, registry).plan(goal, base=base, base_dir=base_dir)
+    if outcome.fell_back:
+        sys.stderr.write(
+            f"the model's plan was still invalid after {outcome.repairs} repairs: "
+            "falling back to one agent step\n"
+        )
+    elif outcome.repairs:
+        sys.stderr.write(f"plan repaired {outcome.repairs} time(s) from validation errors\n")
+    sys.stderr.write(render_plan(outcome.plan, registry))
+    save = getattr(args, "output", None)
+    if save:
+        await asyncio.to_thread(Path(save).write_text, outcome.text, encoding="utf-8")
+        sys.stderr.write(f"plan saved to {save} (run it with: planloom run {save})\n")
+    if not plan_has_side_effects(outcome.plan, registry):
+        return outcome.plan
+    if args.yes:
+        return outcome.plan
+    if args.no:
+        return None
+    if not (sys.stdin.isatty() and sys.stderr.isatty()):
+        sys.stderr.write(
+            "the plan has side effects and there is no terminal to approve it: pass --yes "
+            "to approve it, or review it with -o FILE and run that\n"
+        )
+        return None
+    answer = await asyncio.to_thread(_prompt, "run this plan? [y/N] ")
+    return outcome.plan if answer.strip().lower() in {"y", "yes"} else None
+
+
+def _prompt(text: str) -> str:
+    sys.stderr.write(text)
+    sys.stderr.flush()
+    return sys.stdin.readline()
 
 
 def _live_view(args: argparse.Namespace, plan: Plan, events: EventBus) -> LiveProgress | None:
@@ -288,35 +447,31 @@ def _live_view(args: argparse.Namespace, plan: Plan, events: EventBus) -> LivePr
     return view
 
 
-def _run_with_signals(executor: Executor, live: LiveProgress | None) -> RunResult:
-    async def go() -> RunResult:
-        loop = asyncio.get_running_loop()
-        presses = 0
+async def _with_signals(executor: Executor) -> RunResult:
+    """Run; the first Ctrl-C cancels running steps (finally steps still run), the second
+    cancels everything."""
+    loop = asyncio.get_running_loop()
+    presses = 0
+    current = asyncio.current_task()
+    assert current is not None
+    task: asyncio.Task[Any] = current
 
-        def interrupt() -> None:
-            nonlocal presses
-            presses += 1
-            if presses == 1:
-                sys.stderr.write("\ninterrupted: cancelling running steps (again to force)\n")
-                executor.cancel()
-            else:
-                task.cancel()
+    def interrupt() -> None:
+        nonlocal presses
+        presses += 1
+        if presses == 1:
+            sys.stderr.write("\ninterrupted: cancelling running steps (again to force)\n")
+            executor.cancel()
+        else:
+            task.cancel()
 
-        current = asyncio.current_task()
-        assert current is not None
-        task: asyncio.Task[Any] = current
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, interrupt)
+    try:
+        return await executor.run()
+    finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, interrupt)
-        try:
-            return await executor.run()
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-
-    if live is None:
-        return asyncio.run(go())
-    with live:
-        return asyncio.run(go())
+            loop.remove_signal_handler(sig)
 
 
 def _open_log(path: str) -> TextIO:

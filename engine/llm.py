@@ -263,11 +263,17 @@ class LLMClient:
             ) from exc
         except openai.APIError as exc:
             raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
+        except ValueError as exc:  # json.JSONDecodeError from the client
+            raise LLMError(f"the model endpoint sent a malformed response: {exc}") from exc
         return self._account(response, time.monotonic() - started)
 
     def _account(self, response: Any, latency: float) -> ChatResult:
         self.budget.calls += 1
         self.budget.latency += latency
+        if isinstance(response, str | bytes):  # a non-JSON body the client passed through
+            raise LLMError(
+                f"the model endpoint sent something that is not JSON: {response[:200]!r}"
+            )
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -275,8 +281,11 @@ class LLMClient:
         self.budget.completion_tokens += completion
         try:
             message = response.choices[0].message
-        except (AttributeError, IndexError) as exc:
-            raise LLMError("the model answered with no choices") from exc
+        except (AttributeError, IndexError, TypeError) as exc:
+            raise LLMError(
+                f"the model endpoint sent something that is not a chat completion: "
+                f"{str(response)[:200]!r}"
+            ) from exc
         calls = [
             ToolCallRequest(
                 id=call.id or f"call_{index}",
@@ -349,7 +358,8 @@ def extract_json(text: str) -> Any:
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code == 429 or exc.status_code >= 500
-    return isinstance(exc, openai.APITimeoutError | openai.APIConnectionError)
+    # A body that is not JSON (the client raises JSONDecodeError) is a broken response too.
+    return isinstance(exc, openai.APITimeoutError | openai.APIConnectionError | ValueError)
 
 
 def _backoff(state: RetryCallState) -> float:

@@ -169,6 +169,7 @@ class Limits(_Model):
     timeout: Seconds = Field(30.0, description="Default seconds per attempt.")
     max_duration: Seconds = Field(3600.0, description="Seconds for the whole run.")
     max_llm_calls: int = Field(50, ge=0)
+    max_llm_tokens: int | None = Field(None, ge=0, description="Prompt + completion tokens.")
     max_tool_calls: int = Field(1000, ge=0)
 
 

@@ -7,10 +7,13 @@ from typing import Literal
 
 import networkx as nx
 
+from capabilities import Registry
+from capabilities._sanitize import neutralize
 from engine._graph import build_graph
+from engine._graph import step_dependencies as build_deps
 from engine.model import Plan, Step
 
-__all__ = ["GraphFormat", "render_graph"]
+__all__ = ["GraphFormat", "plan_has_side_effects", "render_graph", "render_plan"]
 
 GraphFormat = Literal["mermaid", "dot", "ascii"]
 
@@ -82,3 +85,44 @@ def _ascii(plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]) -> str:
                 head = f"{title} {depth}" if title == "layer" else "finally"
                 lines.append(f"  {head:<9} {node:<{width}}  {_label(steps[node])}{after}")
     return "\n".join(lines) + "\n"
+
+
+def _effects(plan: Plan, step: Step, registry: Registry) -> bool:
+    names = [step.tool] if step.tool else list(step.agent.tools if step.agent else [])
+    if isinstance(step.fallback, str):
+        return True  # a natural-language fallback may use any granted tool
+    if step.fallback is not None:
+        names += [step.fallback.tool] if step.fallback.tool else []
+        names += step.fallback.agent.tools if step.fallback.agent else []
+    for name in names:
+        action = registry.get(name) if name else None
+        if action is None or action.side_effects is not False:
+            return True
+    return False
+
+
+def plan_has_side_effects(plan: Plan, registry: Registry) -> bool:
+    """Whether any step could change the world (then the plan needs approval)."""
+    return any(_effects(plan, step, registry) for step in plan.all_steps())
+
+
+def render_plan(plan: Plan, registry: Registry) -> str:
+    """The whole plan for a person: one row a step, then the graph."""
+    rows = [("id", "action", "params", "after", "effects")]
+    for step in plan.all_steps():
+        action = step.tool or f"agent {step.agent.tools if step.agent else []}"
+        params = step.params if step.tool else (step.agent.goal if step.agent else "")
+        text = neutralize(json.dumps(params, ensure_ascii=False, default=repr))
+        text = text if len(text) <= 60 else text[:59] + "…"
+        deps = ", ".join(build_deps(step)) or "-"
+        rows.append(
+            (step.id, action, text, deps, "yes" if _effects(plan, step, registry) else "no")
+        )
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
+    lines = [f"plan '{plan.name}'" + (f": {plan.goal}" if plan.goal else "")]
+    for row in rows:
+        lines.append(
+            "  "
+            + "  ".join(str(cell).ljust(width) for cell, width in zip(row, widths, strict=True))
+        )
+    return "\n".join(lines) + "\n\n" + render_graph(plan, "ascii")

@@ -28,6 +28,15 @@ from pydantic import BaseModel, ConfigDict
 
 from capabilities import Action, CallContext, Family, Registry
 from capabilities.human import Question
+from engine._fakellm import (
+    ChatReply,
+    ChatRequest,
+    FakeOpenAIServer,
+    Fault,
+    ModelFunction,
+    ScriptedModel,
+    ToolCall,
+)
 from engine.approval import Approver, GateRequest
 from engine.errors import StepFailed
 from engine.executor import Executor, Sleep
@@ -36,12 +45,19 @@ from engine.validation import validate_plan
 
 __all__ = [
     "Call",
+    "ChatReply",
+    "ChatRequest",
     "Fail",
+    "FakeOpenAIServer",
+    "Fault",
     "Hang",
+    "ModelFunction",
     "Raise",
     "ScriptedApprover",
+    "ScriptedModel",
     "ScriptedTools",
     "Sleep",
+    "ToolCall",
     "Wait",
     "instant_sleep",
     "run_recipe_text",

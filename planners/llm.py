@@ -1,0 +1,201 @@
+"""The LLM planner: a goal and the granted tools in, a validated `Plan` out.
+
+The model answers with JSON in recipe shape (`{"goal", "steps": [...]}`), through structured
+output where the endpoint supports it. The answer is written out as a YAML recipe and goes
+through exactly the validation a hand-written recipe does; the problems go back to the
+model as the JSON error list, up to `MAX_REPAIRS` times. A plan still invalid after that
+falls back to a single ReAct agent step with the granted tools.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ruamel.yaml import YAML
+
+from capabilities import Registry
+from engine.diagnostics import Diagnostic
+from engine.errors import PlanValidationError, StepError
+from engine.llm import LLMClient
+from engine.model import Plan
+from engine.validation import validate_plan
+from planners.recipe import parse_recipe_text
+
+__all__ = ["MAX_REPAIRS", "LLMPlanner", "PlanOutcome", "plan_to_yaml"]
+
+MAX_REPAIRS = 2
+
+# Loose on purpose: strict schemas are refused by many compatible servers, and validation
+# afterwards is exact.
+PLAN_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "goal": {"type": "string"},
+        "steps": {"type": "array", "items": {"type": "object"}},
+    },
+    "required": ["steps"],
+}
+
+SYSTEM = """You are the planner of planloom, a workflow engine. Write a plan that reaches the goal
+using ONLY the tools listed below. Answer with JSON only:
+{{"goal": "...", "steps": [{{"id": "...", "tool": "...", "params": {{...}}}}, ...]}}
+Step fields: id (letters, digits, _; unique), tool + params (params must fit the tool's
+schema) OR agent: {{"goal": "...", "tools": [...], "max_iterations": 10}} for an
+open-ended sub-task; optional depends_on, can_fail, retry, timeout, when, for_each.
+Use another step's result with "${{{{ steps.ID.output.FIELD }}}}" (this also makes the step
+wait for ID). Steps that do not need each other must not depend on each other: they run in
+parallel. Keep the plan short; end with a step that produces the answer.
+
+Tools:
+{tools}"""
+
+
+@dataclass
+class PlanOutcome:
+    """What planning produced.
+
+    Attributes:
+        plan: the validated plan (maybe the ReAct fallback).
+        text: the plan as a YAML recipe (what `-o` saves; `planloom run` accepts it).
+        repairs: how many times the model was asked to fix its plan.
+        fell_back: whether the planner gave up and returned one ReAct agent step.
+        problems: the diagnostics of every rejected attempt, in order.
+    """
+
+    plan: Plan
+    text: str
+    repairs: int = 0
+    fell_back: bool = False
+    problems: list[list[Diagnostic]] = field(default_factory=list)
+
+
+class LLMPlanner:
+    """Turns goals into plans with one model client."""
+
+    def __init__(self, client: LLMClient, registry: Registry) -> None:
+        self.client = client
+        self.registry = registry
+
+    def catalogue(self, grants: dict[str, Any]) -> list[dict[str, Any]]:
+        """The granted tools: name, description, params JSON Schema."""
+        return [
+            {
+                "name": name,
+                "description": action.description,
+                "side_effects": action.side_effects
+                if isinstance(action.side_effects, bool)
+                else "depends on params",
+                "params": action.params_model.model_json_schema(),
+            }
+            for name, action in sorted(self.registry.actions.items())
+            if action.family in grants
+        ]
+
+    async def plan(
+        self,
+        goal: str,
+        *,
+        base: dict[str, Any],
+        base_dir: Path,
+        file: str = "plan.yaml",
+        context: str | None = None,
+    ) -> PlanOutcome:
+        """Plan `goal` within `base` (the recipe's capabilities, limits, inputs...).
+
+        Raises:
+            BudgetExceeded / ConfigurationError / StepTimeout: from the model client.
+        """
+        grants = base.get("capabilities") or {}
+        tools = self.catalogue(grants)
+        prompt = goal if context is None else f"{goal}\n\nContext:\n{context}"
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": SYSTEM.format(tools=json.dumps(tools, indent=1))},
+            {"role": "user", "content": prompt},
+        ]
+        problems: list[list[Diagnostic]] = []
+        for attempt in range(MAX_REPAIRS + 1):
+            text: str | None = None
+            try:
+                answer = await self.client.chat_json(messages, PLAN_SCHEMA, name="plan")
+            except StepError as exc:  # no JSON at all: that is a problem to repair too
+                answer, diagnostics = None, [_no_json(file, exc.message)]
+            else:
+                diagnostics = []
+            if answer is not None:
+                text = plan_to_yaml(_recipe(answer, goal, base))
+                try:
+                    data, source = parse_recipe_text(text, file)
+                    plan = validate_plan(data, source, self.registry, base_dir=base_dir)
+                except PlanValidationError as exc:
+                    diagnostics = exc.diagnostics
+                else:
+                    return PlanOutcome(plan, text, repairs=attempt, problems=problems)
+            problems.append(diagnostics)
+            messages.append({"role": "assistant", "content": json.dumps(answer, default=repr)})
+            messages.append({"role": "user", "content": _repair_request(diagnostics, text)})
+        return self._fallback(goal, base, base_dir, file, tools, problems)
+
+    def _fallback(
+        self,
+        goal: str,
+        base: dict[str, Any],
+        base_dir: Path,
+        file: str,
+        tools: list[dict[str, Any]],
+        problems: list[list[Diagnostic]],
+    ) -> PlanOutcome:
+        names = [t["name"] for t in tools if not t["name"].startswith(("human.", "llm."))]
+        step = {"id": "goal", "agent": {"goal": goal, "tools": names, "max_iterations": 10}}
+        text = plan_to_yaml(_recipe({"goal": goal, "steps": [step]}, goal, base))
+        data, source = parse_recipe_text(text, file)
+        plan = validate_plan(data, source, self.registry, base_dir=base_dir)
+        return PlanOutcome(plan, text, repairs=MAX_REPAIRS, fell_back=True, problems=problems)
+
+
+def _recipe(answer: Any, goal: str, base: dict[str, Any]) -> dict[str, Any]:
+    """The model's answer inside the recipe it plans for (grants and limits are ours)."""
+    steps = answer.get("steps") if isinstance(answer, dict) else answer
+    recipe: dict[str, Any] = {"version": 1, "name": base.get("name", "plan")}
+    for key in ("description", "inputs", "llm", "capabilities", "limits", "on_failure"):
+        if key in base:
+            recipe[key] = base[key]
+    recipe["goal"] = goal
+    recipe["steps"] = steps if isinstance(steps, list) else []
+    if isinstance(answer, dict) and isinstance(answer.get("outputs"), dict):
+        recipe["outputs"] = answer["outputs"]
+    return recipe
+
+
+def plan_to_yaml(recipe: dict[str, Any]) -> str:
+    """A recipe as YAML text, keys in recipe order, templates quoted."""
+    yaml = YAML()
+    yaml.default_flow_style = False
+    yaml.width = 100
+    buffer = io.StringIO()
+    yaml.dump(json.loads(json.dumps(recipe, default=repr)), buffer)
+    return buffer.getvalue()
+
+
+def _repair_request(diagnostics: list[Diagnostic], text: str | None) -> str:
+    errors = [d.model_dump() for d in diagnostics]
+    return (
+        "That plan is invalid. Here it is as the recipe we checked, then the problems "
+        "(line and column refer to it). Answer with the whole corrected plan as JSON.\n\n"
+        f"{text or '(no recipe: the answer was not JSON)'}\n\nProblems:\n"
+        f"{json.dumps(errors, indent=1)}"
+    )
+
+
+def _no_json(file: str, message: str) -> Diagnostic:
+    return Diagnostic(
+        file=file,
+        line=1,
+        column=1,
+        rule="not-json",
+        message=message,
+        hint='answer with one JSON object: {"goal": ..., "steps": [...]}',
+    )
