@@ -33,7 +33,7 @@ from engine.inputs import parse_assignments
 from engine.llm import Budget, LLMClient, resolve_llm_config
 from engine.model import FallbackAction, Limits, LLMSettings, Plan, plan_json_schema
 from engine.render import plan_has_side_effects, render_graph, render_plan
-from engine.results import RunResult
+from engine.results import RunResult, StepResult
 from planners.llm import LLMPlanner
 from planners.react import ReactAgent
 
@@ -334,7 +334,30 @@ def _session(
     inputs = parse_assignments(args.input)
     limits = Limits.model_validate(base.get("limits") or {})
     log_stream = _open_log(args.log_file) if args.log_file else None
-    events = EventBus("pending")
+
+    async def execute(
+        chosen: Plan, client: LLMClient | None, preloaded: dict[str, StepResult]
+    ) -> tuple[RunResult, Any]:
+        events = EventBus("pending")
+        live = _live_view(args, chosen, events)
+        executor = Executor(
+            chosen,
+            registry=registry,
+            base_dir=base_dir,
+            inputs=inputs,
+            inputs_from_text=True,
+            approver=_approver(args, live),
+            events=events,
+            agent_runner=ReactAgent(client) if client is not None else None,
+            llm=client,
+            preloaded=preloaded,
+        )
+        events.run_id = executor.run_id
+        _subscribe_logs(events, verbose=args.verbose, log_stream=log_stream)
+        if live is None:
+            return await _with_signals(executor), executor.secrets
+        with live:
+            return await _with_signals(executor), executor.secrets
 
     async def go() -> tuple[RunResult, Any]:
         client = None
@@ -351,24 +374,38 @@ def _session(
                 if chosen is None:
                     return RunResult(run_id="-", status="rejected"), None
             assert chosen is not None
-            live = _live_view(args, chosen, events)
-            executor = Executor(
-                chosen,
-                registry=registry,
-                base_dir=base_dir,
-                inputs=inputs,
-                inputs_from_text=True,
-                approver=_approver(args, live),
-                events=events,
-                agent_runner=ReactAgent(client) if client is not None else None,
-                llm=client,
-            )
-            events.run_id = executor.run_id
-            _subscribe_logs(events, verbose=args.verbose, log_stream=log_stream)
-            if live is None:
-                return await _with_signals(executor), executor.secrets
-            with live:
-                return await _with_signals(executor), executor.secrets
+            result, secrets = await execute(chosen, client, {})
+            rounds = chosen.replan.max if chosen.replan and goal is not None else 0
+            while result.status == "failed" and rounds > 0 and client is not None:
+                rounds -= 1
+                kept = {
+                    step_id: step
+                    for step_id, step in result.steps.items()
+                    if step.status in ("succeeded", "fallback")
+                }
+                sys.stderr.write(f"replanning after the failure ({len(kept)} steps kept)\n")
+                keep = [
+                    s.model_dump(by_alias=True, exclude_unset=True)
+                    for s in chosen.steps
+                    if s.id in kept
+                ]
+                replanned = await _plan_and_approve(
+                    args,
+                    registry,
+                    client,
+                    goal or "",
+                    base,
+                    base_dir,
+                    context=_replan_context(result),
+                    keep=keep,
+                )
+                if replanned is None:
+                    break
+                chosen = replanned
+                earlier_calls = result.usage.tool_calls
+                result, secrets = await execute(chosen, client, kept)
+                result.usage.tool_calls += earlier_calls
+            return result, secrets
         finally:
             if client is not None:
                 await client.aclose()
@@ -401,10 +438,15 @@ async def _plan_and_approve(
     goal: str,
     base: dict[str, Any],
     base_dir: Path,
+    *,
+    context: str | None = None,
+    keep: list[dict[str, Any]] | None = None,
 ) -> Plan | None:
     """Plan the goal, show the plan, save it if asked; None if the plan was rejected."""
     sys.stderr.write(f"planning: {goal}\n")
-    outcome = await LLMPlanner(client, registry).plan(goal, base=base, base_dir=base_dir)
+    outcome = await LLMPlanner(client, registry).plan(
+        goal, base=base, base_dir=base_dir, context=context, keep=keep
+    )
     if outcome.fell_back:
         sys.stderr.write(
             f"the model's plan was still invalid after {outcome.repairs} repairs: "
@@ -431,6 +473,22 @@ async def _plan_and_approve(
         return None
     answer = await asyncio.to_thread(_prompt, "run this plan? [y/N] ")
     return outcome.plan if answer.strip().lower() in {"y", "yes"} else None
+
+
+def _replan_context(result: RunResult) -> str:
+    """What the planner is told after a failure: what ran, what it gave, what failed."""
+    lines = [
+        "The previous plan failed. Steps marked succeeded keep their outputs and must not be "
+        "repeated (read them as ${{ steps.ID.output }}); plan the rest again.",
+    ]
+    for step_id, step in result.steps.items():
+        line = f"- {step_id}: {step.status}"
+        if step.status in ("succeeded", "fallback"):
+            line += f"; output: {json.dumps(step.output, default=repr)[:300]}"
+        elif step.error:
+            line += f"; error: {step.error[:300]}"
+        lines.append(line)
+    return "\n".join(lines)
 
 
 def _prompt(text: str) -> str:

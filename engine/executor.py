@@ -120,6 +120,8 @@ class Executor:
         agent_runner: carries out `agent` steps and natural-language fallbacks (the ReAct
             loop); without one such steps fail saying a model is needed.
         llm: the run's model client, for the `llm.*` capabilities and usage totals.
+        preloaded: results of steps that already ran (a replan keeps what succeeded):
+            these steps are not run again; their results stand.
     """
 
     def __init__(
@@ -137,6 +139,7 @@ class Executor:
         secrets: Secrets | None = None,
         agent_runner: AgentRunner | None = None,
         llm: LLMClient | None = None,
+        preloaded: Mapping[str, StepResult] | None = None,
     ) -> None:
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -161,6 +164,7 @@ class Executor:
         self.agent_runner = agent_runner
         self.llm = llm
         self._transcripts: dict[str, list[dict[str, Any]]] = {}
+        self.preloaded = dict(preloaded or {})
         self.sleep = sleep
         self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
         self.errors: list[str] = []
@@ -197,6 +201,8 @@ class Executor:
     async def _run(self) -> RunResult:
         started = time.monotonic()
         self.events.emit("run.started", plan=self.plan.name)
+        for step_id, result in self.preloaded.items():
+            self._finish(step_id, result.model_copy(), emit=False)
         deadline = started + self.plan.limits.max_duration
         await self._run_graph("steps", self.plan.on_failure, deadline)
         main = self._status(self.plan.steps)
@@ -241,8 +247,11 @@ class Executor:
         steps = self.plan.steps if section == "steps" else self.plan.finally_
         if not steps or self._stop_reason == "interrupted":
             return
+        graph = plan_graph(self.plan, section)
+        if self.preloaded:  # done already: their dependents only wait for the rest
+            graph = graph.subgraph([n for n in graph if n not in self.preloaded]).copy()
         scheduler: Scheduler[StepResult] = Scheduler(
-            plan_graph(self.plan, section),
+            graph,
             self._run_step,
             max_parallel=self.plan.limits.max_parallel,
             blocks=lambda result: result.status in BLOCKING,
@@ -266,6 +275,8 @@ class Executor:
             timer.cancel()
             self._graph_task = None
         for step in steps:
+            if step.id in self.preloaded:
+                continue
             if step.id in scheduler.running:
                 why = {
                     "interrupted": "cancelled: the run was interrupted",

@@ -20,6 +20,7 @@ __all__ = [
     "LLMSettings",
     "Limits",
     "Plan",
+    "ReplanPolicy",
     "RetryPolicy",
     "Step",
     "StepId",
@@ -173,6 +174,12 @@ class Limits(_Model):
     max_tool_calls: int = Field(1000, ge=0)
 
 
+class ReplanPolicy(_Model):
+    """After a planned run fails, ask the planner again (keeping what succeeded)."""
+
+    max: int = Field(1, ge=0, le=5, description="How many times to replan.")
+
+
 class Plan(_Model):
     """A whole workflow: a recipe as written, or a plan written by the LLM planner."""
 
@@ -187,6 +194,7 @@ class Plan(_Model):
     limits: Limits = Field(default_factory=Limits)
     on_failure: Literal["stop", "continue"] = "stop"
     goal: str | None = None
+    replan: ReplanPolicy | None = None
     steps: list[Step] = Field(default_factory=list)
     finally_: list[Step] = Field(default_factory=list, alias="finally")
     outputs: dict[str, Any] = Field(default_factory=dict)

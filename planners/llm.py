@@ -103,8 +103,13 @@ class LLMPlanner:
         base_dir: Path,
         file: str = "plan.yaml",
         context: str | None = None,
+        keep: list[dict[str, Any]] | None = None,
     ) -> PlanOutcome:
         """Plan `goal` within `base` (the recipe's capabilities, limits, inputs...).
+
+        `keep` holds steps that already succeeded (replanning): they stay in the plan as
+        they are, the model's steps may read their outputs, and a model step reusing one
+        of their ids is dropped, so nothing that succeeded runs again.
 
         Raises:
             BudgetExceeded / ConfigurationError / StepTimeout: from the model client.
@@ -126,7 +131,7 @@ class LLMPlanner:
             else:
                 diagnostics = []
             if answer is not None:
-                text = plan_to_yaml(_recipe(answer, goal, base))
+                text = plan_to_yaml(_recipe(answer, goal, base, keep or []))
                 try:
                     data, source = parse_recipe_text(text, file)
                     plan = validate_plan(data, source, self.registry, base_dir=base_dir)
@@ -156,11 +161,17 @@ class LLMPlanner:
         return PlanOutcome(plan, text, repairs=MAX_REPAIRS, fell_back=True, problems=problems)
 
 
-def _recipe(answer: Any, goal: str, base: dict[str, Any]) -> dict[str, Any]:
+def _recipe(
+    answer: Any, goal: str, base: dict[str, Any], keep: list[dict[str, Any]] | None = None
+) -> dict[str, Any]:
     """The model's answer inside the recipe it plans for (grants and limits are ours)."""
     steps = answer.get("steps") if isinstance(answer, dict) else answer
+    if keep:
+        kept = {step["id"] for step in keep}
+        fresh = [s for s in steps or [] if not (isinstance(s, dict) and s.get("id") in kept)]
+        steps = [*keep, *fresh]
     recipe: dict[str, Any] = {"version": 1, "name": base.get("name", "plan")}
-    for key in ("description", "inputs", "llm", "capabilities", "limits", "on_failure"):
+    for key in ("description", "inputs", "llm", "capabilities", "limits", "on_failure", "replan"):
         if key in base:
             recipe[key] = base[key]
     recipe["goal"] = goal
