@@ -14,6 +14,7 @@ import importlib
 import json
 import signal
 import sys
+import time
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TextIO
@@ -362,7 +363,11 @@ def _session(
     async def go() -> tuple[RunResult, Any]:
         client = None
         if config is not None:
-            budget = Budget(max_calls=limits.max_llm_calls, max_tokens=limits.max_llm_tokens)
+            budget = Budget(
+                max_calls=limits.max_llm_calls,
+                max_tokens=limits.max_llm_tokens,
+                deadline=time.monotonic() + limits.max_duration,
+            )
             client = LLMClient(config, budget=budget)
         try:
             if client is not None:

@@ -32,6 +32,7 @@ EventKind = Literal[
     "tool.finished",
     "gate.decided",
     "human.answered",
+    "llm.called",
 ]
 
 

@@ -38,7 +38,7 @@ from engine.approval import Approver, FailClosed, Gatekeeper
 from engine.errors import ApprovalDenied, StepError, StepFailed, StepTimeout, TemplateError
 from engine.events import EventBus
 from engine.inputs import resolve_inputs
-from engine.llm import LLMClient
+from engine.llm import ChatResult, LLMClient
 from engine.model import AgentSpec, FallbackAction, Plan, RetryPolicy, Step
 from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
 from engine.templating import Template, ValueTemplate, compile_value
@@ -165,6 +165,8 @@ class Executor:
         self.llm = llm
         self._transcripts: dict[str, list[dict[str, Any]]] = {}
         self.preloaded = dict(preloaded or {})
+        if llm is not None:
+            llm.on_call = self._llm_called
         self.sleep = sleep
         self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
         self.errors: list[str] = []
@@ -519,6 +521,15 @@ class Executor:
             f"You are the fallback of step '{step.id}', which ran "
             f"{step.tool or 'an agent task'} with params {params[:4000]} and failed: "
             f"{failure or 'unknown error'}"
+        )
+
+    def _llm_called(self, result: ChatResult) -> None:
+        self.events.emit(
+            "llm.called",
+            prompt_tokens=result.prompt_tokens,
+            completion_tokens=result.completion_tokens,
+            latency=round(result.latency, 4),
+            tool_calls=len(result.tool_calls),
         )
 
     def _usage(self) -> Usage:

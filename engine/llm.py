@@ -178,6 +178,7 @@ class LLMClient:
     sleep: Sleep = asyncio.sleep
     client: Any = None
     json_mode: JsonMode = "json_schema"  # downgraded when the endpoint refuses it
+    on_call: Callable[[ChatResult], None] | None = None  # per-call usage, e.g. as events
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -265,7 +266,10 @@ class LLMClient:
             raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
         except ValueError as exc:  # json.JSONDecodeError from the client
             raise LLMError(f"the model endpoint sent a malformed response: {exc}") from exc
-        return self._account(response, time.monotonic() - started)
+        result = self._account(response, time.monotonic() - started)
+        if self.on_call is not None:
+            self.on_call(result)
+        return result
 
     def _account(self, response: Any, latency: float) -> ChatResult:
         self.budget.calls += 1
