@@ -89,7 +89,7 @@ class LLMPlanner:
                 "side_effects": action.side_effects
                 if isinstance(action.side_effects, bool)
                 else "depends on params",
-                "params": action.params_model.model_json_schema(),
+                "params": _compact(action.params_model.model_json_schema()),
             }
             for name, action in sorted(self.registry.actions.items())
             if action.family in grants
@@ -118,7 +118,7 @@ class LLMPlanner:
         tools = self.catalogue(grants)
         prompt = goal if context is None else f"{goal}\n\nContext:\n{context}"
         messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM.format(tools=json.dumps(tools, indent=1))},
+            {"role": "system", "content": SYSTEM.format(tools=json.dumps(tools))},
             {"role": "user", "content": prompt},
         ]
         problems: list[list[Diagnostic]] = []
@@ -159,6 +159,15 @@ class LLMPlanner:
         data, source = parse_recipe_text(text, file)
         plan = validate_plan(data, source, self.registry, base_dir=base_dir)
         return PlanOutcome(plan, text, repairs=MAX_REPAIRS, fell_back=True, problems=problems)
+
+
+def _compact(schema: Any) -> Any:
+    """A params schema without titles: the model needs names, types and rules, not labels."""
+    if isinstance(schema, dict):
+        return {k: _compact(v) for k, v in schema.items() if k != "title"}
+    if isinstance(schema, list):
+        return [_compact(v) for v in schema]
+    return schema
 
 
 def _recipe(
