@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 
 from engine.agent import AgentTask, ToolSpec, TranscriptEntry, tool_name_for
-from engine.errors import StepError, StepFailed
+from engine.errors import BudgetExceeded, StepError, StepFailed
 from engine.llm import ChatResult, LLMClient, extract_json
 
 __all__ = ["ReactAgent", "trim"]
@@ -56,6 +56,7 @@ class ReactAgent:
         invalid = 0
         messages = self._opening(task)
         for _ in range(task.max_iterations):
+            messages[0] = self._system(task)  # the budget line stays current
             messages = trim(messages, self.context_chars)
             tools = [spec.for_model() for spec in offered.values()]
             result = await self.client.chat(messages, tools=tools or None)
@@ -86,16 +87,19 @@ class ReactAgent:
             task, f"max_iterations ({task.max_iterations}) reached without an answer"
         )
 
-    def _opening(self, task: AgentTask) -> list[dict[str, Any]]:
+    def _system(self, task: AgentTask) -> dict[str, Any]:
         schema = ""
         if task.output_schema is not None:
             schema = (
                 "\n- Your final answer must be only a JSON value matching this schema:\n"
                 + json.dumps(task.output_schema)
             )
-        system = SYSTEM.format(schema=schema, budget=self.client.budget.remaining())
+        text = SYSTEM.format(schema=schema, budget=self.client.budget.remaining())
+        return {"role": "system", "content": text}
+
+    def _opening(self, task: AgentTask) -> list[dict[str, Any]]:
         goal = task.goal if task.context is None else f"{task.goal}\n\nContext:\n{task.context}"
-        return [{"role": "system", "content": system}, {"role": "user", "content": goal}]
+        return [self._system(task), {"role": "user", "content": goal}]
 
     def _final(self, task: AgentTask, result: ChatResult) -> tuple[Any, str | None]:
         text = result.content or ""
@@ -123,7 +127,7 @@ class ReactAgent:
             spec = offered.get(name)
             if spec is None:
                 task.transcript.append(TranscriptEntry(name, raw, "invalid", "unknown tool"))
-                names = ", ".join(s.action for s in offered.values()) or "none"
+                names = ", ".join(offered) or "none"
                 return f"error: there is no tool '{name}'. Tools: {names}", True
             try:
                 arguments = json.loads(raw or "{}")
@@ -134,6 +138,11 @@ class ReactAgent:
                 return f"error: the arguments are not a JSON object ({exc}); resend them", True
             try:
                 output = await task.call_tool(spec.action, arguments)
+            except BudgetExceeded as exc:  # the run's budget is spent: the step ends here
+                task.transcript.append(
+                    TranscriptEntry(spec.action, arguments, "error", exc.message)
+                )
+                raise
             except StepError as exc:
                 failures[name] = failures.get(name, 0) + 1
                 task.transcript.append(
@@ -162,7 +171,7 @@ class ReactAgent:
 
 def _withdrawn(spec: ToolSpec) -> dict[str, Any]:
     text = (
-        f"The tool {spec.action} failed {MAX_TOOL_FAILURES} times and is no longer "
+        f"The tool {tool_name_for(spec.action)} failed {MAX_TOOL_FAILURES} times and is no longer "
         "available. Continue without it."
     )
     return {"role": "user", "content": text}
