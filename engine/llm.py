@@ -35,6 +35,7 @@ __all__ = [
     "LLMClient",
     "LLMConfig",
     "LLMError",
+    "NoJSON",
     "ToolCallRequest",
     "extract_json",
     "resolve_llm_config",
@@ -49,6 +50,14 @@ Sleep = Callable[[float], Awaitable[None]]
 
 class LLMError(StepFailed):
     """A model call failed for good (after retries), or its answer was unusable."""
+
+
+class NoJSON(LLMError):
+    """The model answered, but its answer holds no JSON value."""
+
+
+class _NotACompletion(Exception):
+    """The endpoint answered 200 with something that is not a chat completion."""
 
 
 class LLMConfig(BaseModel):
@@ -249,6 +258,8 @@ class LLMClient:
             async for attempt in retrying:
                 with attempt:
                     response = await self.client.chat.completions.create(**kwargs)
+                    if isinstance(response, str | bytes):  # an HTML page from a proxy...
+                        raise _NotACompletion(f"not JSON: {str(response)[:200]!r}")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise ConfigurationError(
                 f"the model endpoint refused the API key ({exc.status_code})"
@@ -264,7 +275,7 @@ class LLMClient:
             ) from exc
         except openai.APIError as exc:
             raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
-        except ValueError as exc:  # json.JSONDecodeError from the client
+        except (ValueError, _NotACompletion) as exc:  # JSONDecodeError from the client
             raise LLMError(f"the model endpoint sent a malformed response: {exc}") from exc
         result = self._account(response, time.monotonic() - started)
         if self.on_call is not None:
@@ -274,10 +285,6 @@ class LLMClient:
     def _account(self, response: Any, latency: float) -> ChatResult:
         self.budget.calls += 1
         self.budget.latency += latency
-        if isinstance(response, str | bytes):  # a non-JSON body the client passed through
-            raise LLMError(
-                f"the model endpoint sent something that is not JSON: {response[:200]!r}"
-            )
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
         completion = int(getattr(usage, "completion_tokens", 0) or 0)
@@ -328,7 +335,10 @@ class LLMClient:
             try:
                 result = await self.chat(messages, response_format=response_format)
             except LLMError as exc:
-                if self.json_mode != "text" and "400" in exc.message:
+                refused = "400" in exc.message and (
+                    "response_format" in exc.message or "json" in exc.message.lower()
+                )
+                if self.json_mode != "text" and refused:
                     self.json_mode = "json_object" if self.json_mode == "json_schema" else "text"
                     continue
                 raise
@@ -339,7 +349,7 @@ def extract_json(text: str) -> Any:
     """The first JSON value in `text`: all of it, a fenced block, or the first {...}/[...].
 
     Raises:
-        LLMError: no JSON value could be found.
+        NoJSON: no JSON value could be found.
     """
     candidates = [text.strip()]
     candidates += re.findall(r"```(?:json)?\s*(.*?)```", text, re.S)
@@ -356,14 +366,16 @@ def extract_json(text: str) -> Any:
                 return value
             except ValueError:
                 continue
-    raise LLMError(f"the model's answer holds no JSON: {text[:200]!r}")
+    raise NoJSON(f"the model's answer holds no JSON: {text[:200]!r}")
 
 
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code == 429 or exc.status_code >= 500
     # A body that is not JSON (the client raises JSONDecodeError) is a broken response too.
-    return isinstance(exc, openai.APITimeoutError | openai.APIConnectionError | ValueError)
+    return isinstance(
+        exc, openai.APITimeoutError | openai.APIConnectionError | ValueError | _NotACompletion
+    )
 
 
 def _backoff(state: RetryCallState) -> float:

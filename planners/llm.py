@@ -19,8 +19,8 @@ from ruamel.yaml import YAML
 
 from capabilities import Registry
 from engine.diagnostics import Diagnostic
-from engine.errors import PlanValidationError, StepError
-from engine.llm import LLMClient
+from engine.errors import PlanValidationError
+from engine.llm import LLMClient, NoJSON
 from engine.model import Plan
 from engine.validation import validate_plan
 from planners.recipe import parse_recipe_text
@@ -126,7 +126,7 @@ class LLMPlanner:
             text: str | None = None
             try:
                 answer = await self.client.chat_json(messages, PLAN_SCHEMA, name="plan")
-            except StepError as exc:  # no JSON at all: that is a problem to repair too
+            except NoJSON as exc:  # an answer with no JSON is a problem to repair too
                 answer, diagnostics = None, [_no_json(file, exc.message)]
             else:
                 diagnostics = []
@@ -164,7 +164,15 @@ class LLMPlanner:
 def _compact(schema: Any) -> Any:
     """A params schema without titles: the model needs names, types and rules, not labels."""
     if isinstance(schema, dict):
-        return {k: _compact(v) for k, v in schema.items() if k != "title"}
+        out: dict[str, Any] = {}
+        for key, value in schema.items():
+            if key == "title":
+                continue
+            if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
+                out[key] = {name: _compact(sub) for name, sub in value.items()}  # names stay
+            else:
+                out[key] = _compact(value)
+        return out
     if isinstance(schema, list):
         return [_compact(v) for v in schema]
     return schema
