@@ -52,6 +52,31 @@ def model(request: ChatRequest) -> dict[str, object]:
     return FIRST_PLAN
 
 
+def plan_cli(tmp_path: Path, base_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "PLANLOOM"))}
+    return subprocess.run(
+        [
+            PLANLOOM,
+            "plan",
+            "report on the notes",
+            "--capabilities",
+            "caps.yaml",
+            "--base-url",
+            base_url,
+            "--model",
+            "m",
+            "--json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        stdin=subprocess.DEVNULL,
+        cwd=tmp_path,
+        env=env,
+    )
+
+
 def test_replan_keeps_what_succeeded_and_finishes(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("sub\n")
     (tmp_path / "sub").mkdir()
@@ -59,31 +84,9 @@ def test_replan_keeps_what_succeeded_and_finishes(tmp_path: Path) -> None:
     (tmp_path / "caps.yaml").write_text(
         "capabilities: {fs: {root: ., read: true}}\nreplan: {max: 1}\n"
     )
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "PLANLOOM"))}
     scripted = ScriptedModel(model)
     with FakeOpenAIServer(scripted) as server:
-        done = subprocess.run(
-            [
-                PLANLOOM,
-                "plan",
-                "report on the notes",
-                "--capabilities",
-                "caps.yaml",
-                "--base-url",
-                server.base_url,
-                "--model",
-                "m",
-                "--json",
-                "--log-file",
-                "run.jsonl",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-            cwd=tmp_path,
-            env=env,
-        )
+        done = plan_cli(tmp_path, server.base_url, "--log-file", "run.jsonl")
     assert done.returncode == 0, done.stderr[-3000:]
     assert "replanning after the failure (1 steps kept)" in done.stderr
     result = json.loads(done.stdout)
@@ -106,28 +109,8 @@ def test_replan_keeps_what_succeeded_and_finishes(tmp_path: Path) -> None:
 def test_without_replan_the_failure_stands(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("sub\n")
     (tmp_path / "caps.yaml").write_text("capabilities: {fs: {root: ., read: true}}\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "PLANLOOM"))}
     with FakeOpenAIServer(ScriptedModel(model)) as server:
-        done = subprocess.run(
-            [
-                PLANLOOM,
-                "plan",
-                "report on the notes",
-                "--capabilities",
-                "caps.yaml",
-                "--base-url",
-                server.base_url,
-                "--model",
-                "m",
-                "--json",
-            ],
-            capture_output=True,
-            text=True,
-            timeout=120,
-            stdin=subprocess.DEVNULL,
-            cwd=tmp_path,
-            env=env,
-        )
+        done = plan_cli(tmp_path, server.base_url)
         assert len(server.requests) == 1
     assert done.returncode == 1
     assert json.loads(done.stdout)["steps"]["extra"]["status"] == "failed"
