@@ -21,6 +21,7 @@ from engine.errors import (
     ApprovalDenied,
     BudgetExceeded,
     CapabilityDenied,
+    DryRun,
     StepError,
     StepFailed,
     StepTimeout,
@@ -30,8 +31,10 @@ from engine.events import EventBus
 
 __all__ = ["Gate", "Sandbox"]
 
-Gate = Callable[[str, str, Any, str], Awaitable[Any]]
-"""`gate(step_id, action, params, reason)`: returns when approved, raises when denied."""
+Gate = Callable[[str, str, Any, str, Callable[[Any], str | None]], Awaitable[Any]]
+"""`gate(step_id, action, params, reason, validate)`: returns the params to run with (the
+person may have edited them; `validate` checks an edit against the schema), or raises
+when denied."""
 
 Confirm = Literal["auto", "always", "never"]
 
@@ -49,6 +52,7 @@ class Sandbox:
     max_tool_calls: int | None = None
     ask: Asker | None = None
     llm: Any = None
+    dry_run: bool = False
     calls: int = 0
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
 
@@ -91,9 +95,16 @@ class Sandbox:
             action, grant, model = self._admit(name, params, step_id)
             self._spend(step_id)
             side_effects = action.has_side_effects(model)
+            if self.dry_run and side_effects:
+                raise DryRun(name, params, step_id=step_id)
             gated = confirm == "always" or (confirm == "auto" and side_effects)
             if self.gate is not None and gated:
-                await self.gate(step_id, name, params, _gate_reason(side_effects))
+                approved = await self.gate(
+                    step_id, name, params, _gate_reason(side_effects), _checker(action)
+                )
+                if approved is not params:  # edited by the person: run what was approved
+                    params = approved
+                    model = action.params_model.model_validate(params)
         except StepError as exc:  # refused before anything ran
             self._audit(name, step_id, attempt, "denied", exc)
             raise
@@ -194,6 +205,22 @@ class Sandbox:
                 outcome=type(error).__name__,
                 error=error.message,
             )
+
+
+def _checker(action: Action[Any]) -> Callable[[Any], str | None]:
+    """Checks edited params against the action's schema: None, or what is wrong."""
+
+    def check(params: Any) -> str | None:
+        try:
+            action.params_model.model_validate(params)
+        except ValidationError as exc:
+            return "; ".join(
+                f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}"
+                for e in exc.errors(include_url=False)
+            )[:2000]
+        return None
+
+    return check
 
 
 def _gate_reason(side_effects: bool) -> str:

@@ -54,6 +54,7 @@ class GateRequest(BaseModel):
     params: Any
     params_hash: str
     reason: str
+    problem: str | None = None  # why the person's last edit was refused, when re-asking
 
 
 class Approver(Protocol):
@@ -117,28 +118,60 @@ class FailClosed:
 
 
 class TerminalApprover:
-    """Asks at the terminal: the step, the action, its params; answer y or n.
+    """Asks at the terminal: the step, the action, its rendered params, why it is gated.
+
+    Answers: [a]pprove, [d]eny (with a reason), [e]dit the params (JSON; re-validated),
+    approve [A]ll remaining gates, [q]uit the run. An empty answer denies.
 
     Args:
         pause: a context manager factory held while asking, e.g. to stop a live progress
             view from drawing over the question.
     """
 
+    MENU = "[a]pprove  [d]eny  [e]dit params  [A]pprove all remaining  [q]uit > "
+
     def __init__(self, pause: Callable[[], AbstractContextManager[object]] | None = None):
         self.pause = pause or contextlib.nullcontext
+        self.approve_all = False
 
     async def decide(self, request: GateRequest) -> Decision:
+        if self.approve_all:
+            return _decision(request, True, "terminal (approve all)")
         # Long values folded, escapes made visible: params may come from tool output.
         folded, _ = sanitize_for_llm(request.params, limit=_SHOWN_VALUE)
         params = json.dumps(folded, indent=2, default=repr, ensure_ascii=True)
+        problem = (
+            f"\nyour edit was refused: {neutralize(request.problem)}" if request.problem else ""
+        )
         prompt = (
             f"\nstep '{request.step_id}' wants to run {request.action} ({request.reason}):\n"
-            f"{params}\napprove? [y/N] "
+            f"{params}{problem}\n{self.MENU}"
         )
         with self.pause():
-            answer = await _ask_in_thread(prompt)
-        approved = answer.strip().lower() in {"y", "yes"}
-        return _decision(request, approved, "terminal", None if approved else "answered no")
+            return await self._menu(request, prompt)
+
+    async def _menu(self, request: GateRequest, prompt: str) -> Decision:
+        answer = (await _ask_in_thread(prompt)).strip()
+        if answer in {"a", "y", "yes"}:
+            return _decision(request, True, "terminal")
+        if answer == "A":
+            self.approve_all = True
+            return _decision(request, True, "terminal (approve all)")
+        if answer == "q":
+            decision = _decision(request, False, "terminal", "the person quit the run")
+            return decision.model_copy(update={"quit": True})
+        if answer == "e":
+            text = await _ask_in_thread("new params as one line of JSON > ")
+            try:
+                edited = json.loads(text)
+            except ValueError as exc:
+                return _decision(request, False, "terminal", f"edited params are not JSON: {exc}")
+            decision = _decision(request, True, "terminal (edited)")
+            return decision.model_copy(update={"edited_params": edited})
+        if answer == "d":
+            reason = (await _ask_in_thread("reason (optional) > ")).strip()
+            return _decision(request, False, "terminal", reason or "denied at the terminal")
+        return _decision(request, False, "terminal", "answered no")
 
     async def answer(self, step_id: str, question: Question) -> Any:
         hint = {
@@ -206,11 +239,24 @@ def _decision(request: GateRequest, approved: bool, by: str, reason: str | None 
 
 
 class Gatekeeper:
-    """Asks the approver once per exact call and remembers every decision."""
+    """Asks the approver once per exact call and remembers every decision.
 
-    def __init__(self, approver: Approver, redact: Callable[[Any], Any] | None = None) -> None:
+    An approval binds to the hash of the exact params it saw; params the person edited are
+    checked with `validate` (the action's schema) and asked about again until they pass.
+    A decision to quit calls `on_quit` (the executor cancels the run).
+    """
+
+    MAX_EDITS = 5
+
+    def __init__(
+        self,
+        approver: Approver,
+        redact: Callable[[Any], Any] | None = None,
+        on_quit: Callable[[], None] | None = None,
+    ) -> None:
         self.approver = approver
         self.redact = redact
+        self.on_quit = on_quit
         self.decisions: list[Decision] = []
         self._cache: dict[tuple[str, str, str], Decision] = {}
         self._lock = asyncio.Lock()
@@ -220,30 +266,56 @@ class Gatekeeper:
         async with self._lock:
             return await self.approver.answer(step_id, question)
 
-    async def check(self, step_id: str, action: str, params: Any, reason: str) -> Decision:
-        """Return the approval, or raise `ApprovalDenied` with the approver's reason."""
+    async def check(
+        self,
+        step_id: str,
+        action: str,
+        params: Any,
+        reason: str,
+        validate: Callable[[Any], str | None] | None = None,
+    ) -> Decision:
+        """Return the approval (with `edited_params` if the person changed them), or raise
+        `ApprovalDenied` with the approver's reason."""
         digest = params_hash(params)
         key = (step_id, action, digest)
         async with self._lock:
             decision = self._cache.get(key)
             if decision is None:
-                # The approver sees params with secrets redacted; the hash binds the real ones.
-                shown = self.redact(params) if self.redact is not None else params
-                request = GateRequest(
-                    step_id=step_id,
-                    action=action,
-                    params=shown,
-                    params_hash=digest,
-                    reason=reason,
-                )
-                try:
-                    decision = await self.approver.decide(request)
-                except Exception as exc:  # a broken approver fails closed
-                    decision = _decision(
-                        request, False, "error", f"approver failed: {type(exc).__name__}: {exc}"
-                    )
+                decision = await self._ask(step_id, action, params, digest, reason, validate)
                 self._cache[key] = decision
                 self.decisions.append(decision)
+        if decision.quit and self.on_quit is not None:
+            self.on_quit()
         if not decision.approved:
             raise ApprovalDenied(decision.reason, step_id=step_id)
         return decision
+
+    async def _ask(
+        self,
+        step_id: str,
+        action: str,
+        params: Any,
+        digest: str,
+        reason: str,
+        validate: Callable[[Any], str | None] | None,
+    ) -> Decision:
+        # The approver sees params with secrets redacted; the hash binds the real ones.
+        shown = self.redact(params) if self.redact is not None else params
+        request = GateRequest(
+            step_id=step_id, action=action, params=shown, params_hash=digest, reason=reason
+        )
+        for _ in range(self.MAX_EDITS):
+            try:
+                decision = await self.approver.decide(request)
+            except Exception as exc:  # a broken approver fails closed
+                return _decision(
+                    request, False, "error", f"approver failed: {type(exc).__name__}: {exc}"
+                )
+            edited = decision.edited_params
+            if edited is None or not decision.approved:
+                return decision
+            problem = validate(edited) if validate is not None else None
+            if problem is None:  # the approval binds to the params as edited
+                return decision.model_copy(update={"params_hash": params_hash(edited)})
+            request = request.model_copy(update={"params": edited, "problem": problem})
+        return _decision(request, False, "terminal", "edited params never passed the schema")

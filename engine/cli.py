@@ -12,8 +12,12 @@ import asyncio
 import gc
 import importlib
 import json
+import os
+import shlex
 import signal
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import MutableMapping, Sequence
 from pathlib import Path
@@ -35,6 +39,7 @@ from engine.llm import Budget, LLMClient, resolve_llm_config
 from engine.model import FallbackAction, Limits, LLMSettings, Plan, plan_json_schema
 from engine.render import plan_has_side_effects, render_graph, render_plan
 from engine.results import RunResult, StepResult
+from engine.validation import validate_plan
 from planners.llm import LLMPlanner
 from planners.react import ReactAgent
 
@@ -82,6 +87,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     run.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
     run.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
+    run.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run read-only actions; report side effects instead of making them",
+    )
     _model_flags(run)
 
     plan = sub.add_parser("plan", help="plan a goal with the model, show it, approve, run")
@@ -99,6 +109,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     plan.add_argument("-v", "--verbose", action="store_true")
     plan.add_argument("--log-file", metavar="FILE")
+    plan.add_argument("--dry-run", action="store_true")
     _model_flags(plan)
 
     validate = sub.add_parser("validate", help="check a recipe without running it")
@@ -352,6 +363,7 @@ def _session(
             agent_runner=ReactAgent(client) if client is not None else None,
             llm=client,
             preloaded=preloaded,
+            dry_run=args.dry_run,
         )
         events.run_id = executor.run_id
         _subscribe_logs(events, verbose=args.verbose, log_stream=log_stream)
@@ -428,6 +440,9 @@ def _session(
         sys.stderr.write("plan rejected: nothing ran\n")
     else:
         print_summary(result, sys.stderr, color=sys.stderr.isatty())
+    for call in result.dry_run or []:
+        params = json.dumps(call["params"], ensure_ascii=False, default=repr)
+        sys.stderr.write(f"would run: {call['step_id']}: {call['action']} {neutralize(params)}\n")
     return {
         "succeeded": EXIT_OK,
         "failed": EXIT_FAILED,
@@ -464,8 +479,8 @@ async def _plan_and_approve(
     if save:
         await asyncio.to_thread(Path(save).write_text, outcome.text, encoding="utf-8")
         sys.stderr.write(f"plan saved to {save} (run it with: planloom run {save})\n")
-    if not plan_has_side_effects(outcome.plan, registry):
-        return outcome.plan
+    if args.dry_run or not plan_has_side_effects(outcome.plan, registry):
+        return outcome.plan  # nothing with side effects will run
     if args.yes:
         return outcome.plan
     if args.no:
@@ -476,8 +491,62 @@ async def _plan_and_approve(
             "to approve it, or review it with -o FILE and run that\n"
         )
         return None
-    answer = await asyncio.to_thread(_prompt, "run this plan? [y/N] ")
-    return outcome.plan if answer.strip().lower() in {"y", "yes"} else None
+    return await _review_plan(outcome.plan, outcome.text, registry, base_dir)
+
+
+async def _review_plan(plan: Plan, text: str, registry: Registry, base_dir: Path) -> Plan | None:
+    """The person's review of a plan: approve, edit in $EDITOR (re-validated, with located
+    errors until it is valid or given up), reject, or save it as a recipe."""
+    valid: Plan | None = plan
+    while True:
+        answer = (await asyncio.to_thread(_prompt, _PLAN_MENU)).strip().lower()
+        if answer in {"a", "y", "yes"}:
+            if valid is not None:
+                return valid
+            sys.stderr.write("the plan is invalid: edit it again, or reject it\n")
+        elif answer == "e":
+            text = await asyncio.to_thread(_edit, text)
+            valid = _revalidate(text, registry, base_dir)
+            if valid is not None:
+                sys.stderr.write(render_plan(valid, registry))
+        elif answer == "s":
+            target = (await asyncio.to_thread(_prompt, "save as [plan.yaml] > ")).strip()
+            target = target or "plan.yaml"
+            await asyncio.to_thread(Path(target).write_text, text, encoding="utf-8")
+            sys.stderr.write(f"saved to {target} (run it with: planloom run {target})\n")
+        else:  # r, an empty answer, or end of input
+            return None
+
+
+_PLAN_MENU = "[a]pprove  [e]dit  [r]eject  [s]ave as recipe > "
+
+
+def _edit(text: str) -> str:
+    """Open $VISUAL / $EDITOR on the plan's YAML; the edited text (comments kept)."""
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, encoding="utf-8") as f:
+        f.write(text)
+        path = f.name
+    try:
+        subprocess.run([*shlex.split(editor), path], check=False)
+        return Path(path).read_text(encoding="utf-8")
+    finally:
+        os.unlink(path)
+
+
+def _revalidate(text: str, registry: Registry, base_dir: Path) -> Plan | None:
+    from planners.recipe import parse_recipe_text
+
+    try:
+        data, source = parse_recipe_text(text, "plan.yaml")
+        return validate_plan(data, source, registry, base_dir=base_dir)
+    except PlanValidationError as exc:
+        try:
+            _, source = parse_recipe_text(text, "plan.yaml")
+        except PlanValidationError:
+            source = None
+        sys.stderr.write(render_diagnostics(exc.diagnostics, source) + "\n")
+        return None
 
 
 def _replan_context(result: RunResult) -> str:

@@ -13,6 +13,7 @@ PlanloomError
 │   ├── StepTimeout            an attempt ran past its timeout
 │   ├── CapabilityDenied       the sandbox refused the call; `rule` names why
 │   ├── ApprovalDenied         the approver refused a gated call
+│   ├── DryRun                 --dry-run: a side effect reported instead of made
 │   ├── TemplateError          a `${{ }}` expression failed while rendering
 │   └── BudgetExceeded         a run limit (duration, tool calls) was reached
 └── UsageError                 the Python API was misused (a programming error)
@@ -34,6 +35,7 @@ __all__ = [
     "BudgetExceeded",
     "CapabilityDenied",
     "ConfigurationError",
+    "DryRun",
     "InputError",
     "PlanError",
     "PlanValidationError",
@@ -139,6 +141,17 @@ class ApprovalDenied(StepError):
         text = "denied by approver" + (f": {reason}" if reason else "")
         super().__init__(text, step_id=step_id)
         self.reason = reason
+
+
+class DryRun(StepError):
+    """`--dry-run`: a call with side effects that was reported, not made."""
+
+    retryable = False
+
+    def __init__(self, action: str, params: object, *, step_id: str | None = None) -> None:
+        super().__init__(f"dry run: would run {action}", step_id=step_id)
+        self.action = action
+        self.params = params
 
 
 class TemplateError(StepError):

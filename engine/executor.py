@@ -31,11 +31,18 @@ from tenacity import (
 from capabilities import Registry, Sandbox
 from capabilities._secrets import Secrets
 from capabilities.human import Question
-from engine._graph import plan_graph
+from engine._graph import plan_graph, step_dependencies
 from engine._scheduler import Scheduler
 from engine.agent import AgentRunner, AgentTask, ToolSpec
 from engine.approval import Approver, FailClosed, Gatekeeper
-from engine.errors import ApprovalDenied, StepError, StepFailed, StepTimeout, TemplateError
+from engine.errors import (
+    ApprovalDenied,
+    DryRun,
+    StepError,
+    StepFailed,
+    StepTimeout,
+    TemplateError,
+)
 from engine.events import EventBus
 from engine.inputs import resolve_inputs
 from engine.llm import ChatResult, LLMClient
@@ -122,6 +129,8 @@ class Executor:
         llm: the run's model client, for the `llm.*` capabilities and usage totals.
         preloaded: results of steps that already ran (a replan keeps what succeeded):
             these steps are not run again; their results stand.
+        dry_run: read-only actions run; calls with side effects are reported (with their
+            rendered params) instead of made, and steps needing their outputs are skipped.
     """
 
     def __init__(
@@ -140,6 +149,7 @@ class Executor:
         agent_runner: AgentRunner | None = None,
         llm: LLMClient | None = None,
         preloaded: Mapping[str, StepResult] | None = None,
+        dry_run: bool = False,
     ) -> None:
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -148,7 +158,9 @@ class Executor:
         self.events = events or EventBus(self.run_id)
         if self.events.redact is None:
             self.events.redact = self.secrets.redact_value
-        self.gatekeeper = Gatekeeper(approver or FailClosed(), redact=self.secrets.redact_value)
+        self.gatekeeper = Gatekeeper(
+            approver or FailClosed(), redact=self.secrets.redact_value, on_quit=self.cancel
+        )
         self.sandbox = Sandbox(
             registry,
             plan.capabilities,
@@ -165,6 +177,9 @@ class Executor:
         self.llm = llm
         self._transcripts: dict[str, list[dict[str, Any]]] = {}
         self.preloaded = dict(preloaded or {})
+        self.sandbox.dry_run = dry_run
+        self.would_run: list[dict[str, Any]] = []  # dry run: the calls not made
+        self._unknown: set[str] = set()  # dry run: steps whose outputs are unknown
         if llm is not None:
             llm.on_call = self._llm_called
         self.sleep = sleep
@@ -229,6 +244,7 @@ class Executor:
             usage=self._usage(),
             errors=[self.secrets.redact(error) for error in self.errors],
             approvals=list(self.gatekeeper.decisions),
+            dry_run=self.would_run if self.sandbox.dry_run else None,
         )
 
     def _status(self, steps: list[Step]) -> RunStatus:
@@ -310,6 +326,10 @@ class Executor:
         compiled = self._compiled[step_id]
         step = compiled.step
         self.events.emit("step.started", step_id)
+        if self.sandbox.dry_run:
+            skipped = self._dry_skip(step)
+            if skipped is not None:
+                return self._finish(step_id, skipped)
         context = self._context(step_id)
         try:
             if compiled.when is not None and not compiled.when.render(context):
@@ -361,8 +381,10 @@ class Executor:
             error = "; ".join(f"item {i}: {o[2]}" for i, o in bad[:5])
             more = f" (and {len(bad) - 5} more items)" if len(bad) > 5 else ""
             return StepResult(status=status, error=error + more, attempts=tally.attempts)
-        status = "fallback" if any(o[0] == "fallback" for o in outcomes) else "succeeded"
         errors = [f"item {i}: {o[2]}" for i, o in enumerate(outcomes) if o[2]]
+        if outcomes and all(o[0] == "skipped" for o in outcomes):  # --dry-run
+            return StepResult(status="skipped", error=errors[0], attempts=tally.attempts)
+        status = "fallback" if any(o[0] == "fallback" for o in outcomes) else "succeeded"
         return StepResult(
             status=status,
             output=[o[1] for o in outcomes],
@@ -378,6 +400,11 @@ class Executor:
         try:
             output = await self._with_retries(compiled, compiled.primary, context, tally)
             return "succeeded", output, None
+        except DryRun as exc:
+            self._unknown.add(step.id)
+            call = {"step_id": step.id, "action": exc.action, "params": exc.params}
+            self.would_run.append(self.secrets.redact_value(call))
+            return "skipped", None, f"{exc.message} (not run: --dry-run)"
         except StepError as exc:
             denied = isinstance(exc, ApprovalDenied)
             error = exc.message
@@ -498,6 +525,20 @@ class Executor:
                 for e in task.transcript
             )
 
+    def _dry_skip(self, step: Step) -> StepResult | None:
+        """In a dry run: skip agent steps, and steps needing outputs no one produced."""
+        if step.agent is not None:
+            self._unknown.add(step.id)
+            return StepResult(status="skipped", error="dry run: agent steps are not run")
+        needs = [dep for dep in step_dependencies(step) if dep in self._unknown]
+        if needs:
+            self._unknown.add(step.id)
+            return StepResult(
+                status="skipped",
+                error=f"dry run: needs the output of '{needs[0]}', unknown in a dry run",
+            )
+        return None
+
     def _tool_spec(self, name: str) -> ToolSpec:
         action = self.registry.actions[name]
         return ToolSpec(name, action.description, action.params_model.model_json_schema())
@@ -547,16 +588,31 @@ class Executor:
         self.events.emit("human.answered", step_id, question=question.question)
         return answer
 
-    async def _gate(self, step_id: str, action: str, params: Any, reason: str) -> None:
-        decision = await self.gatekeeper.check(step_id, action, params, reason)
+    async def _gate(
+        self,
+        step_id: str,
+        action: str,
+        params: Any,
+        reason: str,
+        validate: Callable[[Any], str | None],
+    ) -> Any:
+        try:
+            decision = await self.gatekeeper.check(step_id, action, params, reason, validate)
+        except ApprovalDenied as exc:
+            self.events.emit(
+                "gate.decided", step_id, action=action, approved=False, reason=exc.reason
+            )
+            raise
         self.events.emit(
             "gate.decided",
             step_id,
             action=action,
-            approved=decision.approved,
+            approved=True,
             by=decision.by,
             params_hash=decision.params_hash,
+            edited=decision.edited_params is not None,
         )
+        return decision.edited_params if decision.edited_params is not None else params
 
     # -- bookkeeping ---------------------------------------------------------------------
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, Field
@@ -65,6 +66,9 @@ class Decision(BaseModel):
     approved: bool
     by: str
     reason: str | None = None
+    edited_params: Any = Field(None, description="Params the person changed before approving.")
+    quit: bool = Field(False, description="The person chose to stop the whole run.")
+    at: float = Field(default_factory=time.time, description="When it was decided (epoch s).")
 
 
 class RunResult(BaseModel):
@@ -77,6 +81,9 @@ class RunResult(BaseModel):
     usage: Usage = Field(default_factory=Usage)
     errors: list[str] = Field(default_factory=list, description="Run-level problems.")
     approvals: list[Decision] = Field(default_factory=list)
+    dry_run: list[dict[str, Any]] | None = Field(
+        None, description="--dry-run: the calls with side effects that were not made."
+    )
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the repr of a finished run's result on exit.

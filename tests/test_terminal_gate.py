@@ -43,7 +43,7 @@ def _spawn(recipe: Path) -> pexpect.spawn:
 def test_answering_yes_runs_the_gated_step(recipe: Path) -> None:
     child = _spawn(recipe)
     child.expect(r"step 'save' wants to run fs\.write")
-    child.expect(r"approve\? \[y/N\]")
+    child.expect(r"\[q\]uit > ")
     child.sendline("y")
     child.expect(pexpect.EOF)
     child.close()
@@ -53,7 +53,7 @@ def test_answering_yes_runs_the_gated_step(recipe: Path) -> None:
 
 def test_answering_no_denies_and_writes_nothing(recipe: Path) -> None:
     child = _spawn(recipe)
-    child.expect(r"approve\? \[y/N\]")
+    child.expect(r"\[q\]uit > ")
     child.sendline("n")
     child.expect("denied")
     child.expect(pexpect.EOF)
@@ -65,7 +65,7 @@ def test_answering_no_denies_and_writes_nothing(recipe: Path) -> None:
 def test_prompt_shows_the_rendered_params(recipe: Path) -> None:
     child = _spawn(recipe)
     child.expect('"path": "out/note.txt"')
-    child.expect(r"approve\? \[y/N\]")
+    child.expect(r"\[q\]uit > ")
     child.sendline("")  # the default is no
     child.expect(pexpect.EOF)
     child.close()
