@@ -33,8 +33,8 @@ __all__ = ["Gate", "Sandbox"]
 
 Gate = Callable[[str, str, Any, str, Callable[[Any], str | None]], Awaitable[Any]]
 """`gate(step_id, action, params, reason, validate)`: returns the params to run with (the
-person may have edited them; `validate` checks an edit against the schema), or raises
-when denied."""
+person may have edited them; `validate` checks an edit against the schema; None means
+unchanged), or raises when denied."""
 
 Confirm = Literal["auto", "always", "never"]
 
@@ -102,7 +102,7 @@ class Sandbox:
                 approved = await self.gate(
                     step_id, name, params, _gate_reason(side_effects), _checker(action)
                 )
-                if approved is not params:  # edited by the person: run what was approved
+                if approved is not None and approved is not params:  # edited by the person
                     params = approved
                     model = action.params_model.model_validate(params)
         except StepError as exc:  # refused before anything ran

@@ -107,7 +107,7 @@ class FailClosed:
 
     reason = (
         "no terminal to ask for approval and no --yes; run in a terminal to answer, "
-        "or pass --yes to approve every gate"
+        "pass --yes to approve every gate, or --policy FILE to decide by rules"
     )
 
     async def decide(self, request: GateRequest) -> Decision:

@@ -37,6 +37,7 @@ from engine.executor import Executor
 from engine.inputs import parse_assignments
 from engine.llm import Budget, LLMClient, resolve_llm_config
 from engine.model import FallbackAction, Limits, LLMSettings, Plan, plan_json_schema
+from engine.policy import PolicyApprover, load_policy
 from engine.render import plan_has_side_effects, render_graph, render_plan
 from engine.results import RunResult, StepResult
 from engine.validation import validate_plan
@@ -88,6 +89,9 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
     run.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
     run.add_argument(
+        "--policy", metavar="FILE", help="allow/ask/deny rules for gated calls (first match wins)"
+    )
+    run.add_argument(
         "--dry-run",
         action="store_true",
         help="run read-only actions; report side effects instead of making them",
@@ -110,6 +114,7 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("-v", "--verbose", action="store_true")
     plan.add_argument("--log-file", metavar="FILE")
     plan.add_argument("--dry-run", action="store_true")
+    plan.add_argument("--policy", metavar="FILE")
     _model_flags(plan)
 
     validate = sub.add_parser("validate", help="check a recipe without running it")
@@ -316,14 +321,18 @@ def _needs_model(plan: Plan) -> bool:
     )
 
 
-def _approver(args: argparse.Namespace, live: LiveProgress | None) -> Approver:
+def _approver(args: argparse.Namespace, live: LiveProgress | None, registry: Registry) -> Approver:
+    person: Approver | None = None
     if args.yes:
-        return ApproveAll()
-    if args.no:
-        return DenyAll()
-    if sys.stdin.isatty() and sys.stderr.isatty():
-        return TerminalApprover(pause=live.paused if live is not None else None)
-    return FailClosed()
+        person = ApproveAll()
+    elif args.no:
+        person = DenyAll()
+    elif sys.stdin.isatty() and sys.stderr.isatty():
+        person = TerminalApprover(pause=live.paused if live is not None else None)
+    if getattr(args, "policy", None):
+        # The policy decides first; its `ask` rules go to the person, if there is one.
+        return PolicyApprover(load_policy(args.policy, registry=registry), ask=person)
+    return person if person is not None else FailClosed()
 
 
 def _session(
@@ -358,7 +367,7 @@ def _session(
             base_dir=base_dir,
             inputs=inputs,
             inputs_from_text=True,
-            approver=_approver(args, live),
+            approver=_approver(args, live, registry),
             events=events,
             agent_runner=ReactAgent(client) if client is not None else None,
             llm=client,

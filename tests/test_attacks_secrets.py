@@ -133,7 +133,9 @@ def test_d4_posting_to_an_allowed_host_still_needs_approval(tmp_path: Path) -> N
     registry = default_registry()
     asked: list[str] = []
 
-    async def gate(step_id: str, action: str, params: object, reason: str) -> None:
+    async def gate(
+        step_id: str, action: str, params: object, reason: str, validate: object
+    ) -> None:
         asked.append(reason)
         from engine.errors import ApprovalDenied
 
