@@ -129,6 +129,7 @@ class TerminalApprover:
     """
 
     MENU = "[a]pprove  [d]eny  [e]dit params  [A]pprove all remaining  [q]uit > "
+    MAX_TRIES = 5
 
     def __init__(self, pause: Callable[[], AbstractContextManager[object]] | None = None):
         self.pause = pause or contextlib.nullcontext
@@ -143,35 +144,39 @@ class TerminalApprover:
         problem = (
             f"\nyour edit was refused: {neutralize(request.problem)}" if request.problem else ""
         )
-        prompt = (
+        head = (
             f"\nstep '{request.step_id}' wants to run {request.action} ({request.reason}):\n"
-            f"{params}{problem}\n{self.MENU}"
+            f"{params}"
         )
         with self.pause():
-            return await self._menu(request, prompt)
+            return await self._menu(request, head, problem)
 
-    async def _menu(self, request: GateRequest, prompt: str) -> Decision:
-        answer = (await _ask_in_thread(prompt)).strip()
-        if answer in {"a", "y", "yes"}:
-            return _decision(request, True, "terminal")
-        if answer == "A":
-            self.approve_all = True
-            return _decision(request, True, "terminal (approve all)")
-        if answer == "q":
-            decision = _decision(request, False, "terminal", "the person quit the run")
-            return decision.model_copy(update={"quit": True})
-        if answer == "e":
+    async def _menu(self, request: GateRequest, head: str, problem: str) -> Decision:
+        prompt = f"{head}{problem}\n{self.MENU}"
+        for _ in range(self.MAX_TRIES):
+            answer = (await _ask_in_thread(prompt)).strip()
+            if answer in {"a", "y", "yes"}:
+                return _decision(request, True, "terminal")
+            if answer == "A":
+                self.approve_all = True
+                return _decision(request, True, "terminal (approve all)")
+            if answer == "q":
+                decision = _decision(request, False, "terminal", "the person quit the run")
+                return decision.model_copy(update={"quit": True})
+            if answer == "d":
+                reason = (await _ask_in_thread("reason (optional) > ")).strip()
+                return _decision(request, False, "terminal", reason or "denied at the terminal")
+            if answer != "e":
+                return _decision(request, False, "terminal", "answered no")
             text = await _ask_in_thread("new params as one line of JSON > ")
             try:
                 edited = json.loads(text)
-            except ValueError as exc:
-                return _decision(request, False, "terminal", f"edited params are not JSON: {exc}")
+            except ValueError as exc:  # a typo is not a "no": ask again
+                prompt = f"{head}\nyour edit was refused: not JSON ({exc})\n{self.MENU}"
+                continue
             decision = _decision(request, True, "terminal (edited)")
             return decision.model_copy(update={"edited_params": edited})
-        if answer == "d":
-            reason = (await _ask_in_thread("reason (optional) > ")).strip()
-            return _decision(request, False, "terminal", reason or "denied at the terminal")
-        return _decision(request, False, "terminal", "answered no")
+        return _decision(request, False, "terminal", "no usable answer")
 
     async def answer(self, step_id: str, question: Question) -> Any:
         hint = {
