@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from capabilities._base import Action, CallContext, Family, Registry
 from capabilities._jail import Jail, WalkLimits, clean_relpath, not_regular, openat2_available
+from engine._globs import compile_glob
 from engine.errors import CapabilityDenied, StepFailed
 
 __all__ = [
@@ -86,6 +87,7 @@ class FsGrant(BaseModel):
         for pattern in value:
             if pattern.startswith("/"):
                 raise ValueError(f"glob {pattern!r} must be relative to the fs root")
+            compile_glob(pattern)  # a bad glob is a grant error, not a silent literal
         return value
 
     @field_validator("write")
@@ -193,6 +195,12 @@ class SearchParams(_Params):
             re.compile(value)
         except re.error as exc:
             raise ValueError(f"invalid regular expression: {exc}") from exc
+        return value
+
+    @field_validator("glob")
+    @classmethod
+    def _glob_compiles(cls, value: str) -> str:
+        compile_glob(value)  # ValueError names what is wrong
         return value
 
 
@@ -306,37 +314,7 @@ def _suggest_glob(rel: str) -> str:
 
 
 def _matches_any(rel: str, globs: list[str]) -> bool:
-    return any(_glob_regex(glob).fullmatch(rel) for glob in globs)
-
-
-@functools.lru_cache(maxsize=256)
-def _glob_regex(glob: str) -> re.Pattern[str]:
-    """Translate a glob where `*`, `?` and `[..]` stay in one folder and `**` spans folders."""
-    out: list[str] = []
-    i, n = 0, len(glob)
-    while i < n:
-        if glob.startswith("**/", i):
-            out.append("(?:.*/)?")  # zero or more whole folders
-            i += 3
-        elif glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif glob[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif glob[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif glob[i] == "[" and (end := glob.find("]", i + 2)) != -1:
-            body = glob[i + 1 : end]
-            negate = body[0] in "!^"
-            body = re.escape(body[1:] if negate else body).replace(r"\-", "-")
-            out.append(f"[{'^/' if negate else ''}{body}]")
-            i = end + 1
-        else:
-            out.append(re.escape(glob[i]))
-            i += 1
-    return re.compile("".join(out), re.DOTALL)
+    return any(compile_glob(glob).fullmatch(rel) for glob in globs)
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -518,7 +496,7 @@ async def _search(params: SearchParams, ctx: CallContext) -> SearchResult:
 
 def _search_sync(jail: Jail, rel: str, params: SearchParams, cap: int) -> SearchResult:
     regex = re.compile(params.pattern)
-    glob = _glob_regex(params.glob)
+    glob = compile_glob(params.glob)
     limits = WalkLimits(params.max_depth, params.max_entries)
     matches: list[SearchMatch] = []
     prefix = "" if rel == "." else rel + "/"

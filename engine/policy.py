@@ -37,14 +37,13 @@ run without asking, so a rule about them has no effect under `confirm: auto`.
 
 from __future__ import annotations
 
-import functools
-import re
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
+from engine._globs import compile_glob
 from engine.approval import Approver, GateRequest, _unattended
 from engine.diagnostics import Diagnostic, NodePath, SourceMap, did_you_mean, render_diagnostics
 from engine.errors import ConfigurationError, RecipeSyntaxError
@@ -80,7 +79,7 @@ class PolicyRule(BaseModel):
 
     def matches(self, action: str, params: Any) -> bool:
         """Whether this rule applies to a call of `action` with `params`."""
-        if not _glob(self.tool).fullmatch(action):
+        if not compile_glob(self.tool).fullmatch(action):
             return False
         if not self.params:
             return True
@@ -422,7 +421,7 @@ def _pattern_problems(pattern: Any, path: NodePath, source: SourceMap) -> list[D
 
 def _glob_problems(pattern: str, path: NodePath, source: SourceMap) -> list[Diagnostic]:
     try:
-        _glob(pattern)
+        compile_glob(pattern)
     except ValueError as exc:
         return [source.at(path, "bad-glob", f"bad glob {pattern!r}: {exc}", _GLOB_HINT)]
     return []
@@ -440,7 +439,7 @@ def _unknown_tool(
                 source.at(path, "unknown-tool", f"no action named {tool!r}", registry.suggest(tool))
             ]
         return []
-    if not any(_glob(tool).fullmatch(name) for name in registry.actions):
+    if not any(compile_glob(tool).fullmatch(name) for name in registry.actions):
         return [source.at(path, "unknown-tool", f"{tool!r} matches no known action")]
     return []
 
@@ -454,7 +453,9 @@ def _unreachable(
         if before.params:
             continue
         # Sound only for a catch-all or a literal later tool: glob-vs-glob is not checked.
-        if before.tool.strip("*") == "" or (literal and _glob(before.tool).fullmatch(rule.tool)):
+        if before.tool.strip("*") == "" or (
+            literal and compile_glob(before.tool).fullmatch(rule.tool)
+        ):
             return [
                 source.at(
                     ("rules", index),
@@ -495,7 +496,7 @@ def _matches(pattern: ParamPattern, value: Any, *, every: bool) -> bool:
     if isinstance(pattern, str):
         if not isinstance(value, str):
             return False
-        regex = _glob(pattern)
+        regex = compile_glob(pattern)
         forms = _forms(value)
         test = all if every else any
         return test(regex.fullmatch(form) is not None for form in forms)
@@ -520,44 +521,6 @@ def _forms(value: str) -> tuple[str, ...]:
             continue
         kept.append(part)
     return (value, "/".join(kept))
-
-
-@functools.lru_cache(maxsize=512)
-def _glob(glob: str) -> re.Pattern[str]:
-    """`*`, `?` and `[..]` stay within one `/` segment; `**` spans them.
-
-    Raises:
-        ValueError: an unclosed `[` class.
-    """
-    out: list[str] = []
-    i, n = 0, len(glob)
-    while i < n:
-        if glob.startswith("**/", i):
-            out.append("(?:.*/)?")  # zero or more whole segments
-            i += 3
-        elif glob.startswith("**", i):
-            out.append(".*")
-            i += 2
-        elif glob[i] == "*":
-            out.append("[^/]*")
-            i += 1
-        elif glob[i] == "?":
-            out.append("[^/]")
-            i += 1
-        elif glob[i] == "[":
-            start = i + 1
-            negate = start < n and glob[start] in "!^"
-            first = start + 1 if negate else start
-            end = glob.find("]", first + 1)  # a ']' right after '[' is a literal
-            if end == -1:
-                raise ValueError(f"'[' at position {i + 1} is never closed")
-            escaped = re.escape(glob[first:end]).replace(r"\-", "-")
-            out.append(f"[^/{escaped}]" if negate else f"[{escaped}]")
-            i = end + 1
-        else:
-            out.append(re.escape(glob[i]))
-            i += 1
-    return re.compile("".join(out), re.DOTALL)
 
 
 def _colon(text: str | None) -> str:

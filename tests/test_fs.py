@@ -621,3 +621,14 @@ def test_protected_paths_can_be_granted_and_read(env: Env) -> None:  # A16
 def test_missing_root_fails_operationally(env: Env) -> None:
     message = failed(env, "fs.read", {"path": "ok.txt"}, root="nowhere")
     assert "cannot open fs root" in message
+
+
+def test_a_glob_with_an_unclosed_class_is_a_grant_error_not_a_literal() -> None:
+    from pydantic import ValidationError
+
+    from capabilities.fs import FsGrant, SearchParams
+
+    with pytest.raises(ValidationError, match="never closed"):
+        FsGrant(root=".", write=["notes/[abc"])
+    with pytest.raises(ValidationError, match="never closed"):
+        SearchParams(pattern="x", glob="src/[x")
