@@ -183,6 +183,8 @@ def _recipe(
 ) -> dict[str, Any]:
     """The model's answer inside the recipe it plans for (grants and limits are ours)."""
     steps = answer.get("steps") if isinstance(answer, dict) else answer
+    if isinstance(steps, list):
+        steps = [_gated(step) for step in steps]
     if keep:
         kept = {step["id"] for step in keep}
         fresh = [s for s in steps or [] if not (isinstance(s, dict) and s.get("id") in kept)]
@@ -196,6 +198,13 @@ def _recipe(
     if isinstance(answer, dict) and isinstance(answer.get("outputs"), dict):
         recipe["outputs"] = answer["outputs"]
     return recipe
+
+
+def _gated(step: Any) -> Any:
+    """A model may not waive a gate: `confirm: never` is for people writing recipes."""
+    if isinstance(step, dict) and step.get("confirm") == "never":
+        return {**step, "confirm": "auto"}
+    return step
 
 
 def plan_to_yaml(recipe: dict[str, Any]) -> str:

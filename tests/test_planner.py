@@ -504,3 +504,21 @@ def test_a_model_timeout_while_planning_is_raised_not_repaired(
         with pytest.raises(StepTimeout):
             with_client(server, planning(registry, tmp_path), timeout=0.2)
     assert len(server.requests) == 4
+
+
+def test_a_planned_step_cannot_waive_its_gate() -> None:
+    from planners.llm import _recipe
+
+    answer = {
+        "steps": [
+            {
+                "id": "w",
+                "tool": "fs.write",
+                "params": {"path": "x", "content": "y"},
+                "confirm": "never",
+            },
+            {"id": "r", "tool": "fs.read", "params": {"path": "x"}, "confirm": "always"},
+        ]
+    }
+    recipe = _recipe(answer, "goal", {"capabilities": {"fs": {}}})
+    assert [s.get("confirm") for s in recipe["steps"]] == ["auto", "always"]
