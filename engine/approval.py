@@ -34,6 +34,7 @@ __all__ = [
     "Gatekeeper",
     "TerminalApprover",
     "params_hash",
+    "prompt_line",
 ]
 
 
@@ -201,6 +202,12 @@ class TerminalApprover:
                 except ValueError as exc:
                     prompt = f"{exc}\n>{default} "
         raise StepFailed(f"human.ask: no valid answer to {question.question!r} after 3 tries")
+
+
+async def prompt_line(prompt: str) -> str:
+    """Write `prompt` to stderr and read one line from stdin, without blocking the loop;
+    an interrupted run does not wait for the answer."""
+    return await _ask_in_thread(prompt)
 
 
 async def _ask_in_thread(prompt: str) -> str:

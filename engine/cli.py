@@ -29,9 +29,16 @@ from rich.console import Console
 from capabilities import Registry, default_registry
 from capabilities._sanitize import neutralize
 from engine._console import LiveProgress, print_summary
-from engine.approval import ApproveAll, Approver, DenyAll, FailClosed, TerminalApprover
+from engine.approval import (
+    ApproveAll,
+    Approver,
+    DenyAll,
+    FailClosed,
+    TerminalApprover,
+    prompt_line,
+)
 from engine.diagnostics import render_diagnostics
-from engine.errors import ConfigurationError, PlanValidationError
+from engine.errors import ConfigurationError, PlanValidationError, StepError
 from engine.events import EventBus, structlog_subscriber
 from engine.executor import Executor
 from engine.inputs import parse_assignments
@@ -396,7 +403,12 @@ def _session(
             chosen = plan
             if goal is not None:
                 assert client is not None
-                chosen = await _plan_and_approve(args, registry, client, goal, base, base_dir)
+                try:
+                    chosen = await _plan_and_approve(args, registry, client, goal, base, base_dir)
+                except StepError as exc:  # the model failed us: nothing ran
+                    sys.stderr.write(f"planning failed: {exc.message}\n")
+                    failed = RunResult(run_id="-", status="failed", errors=[exc.message])
+                    return failed, None
                 if chosen is None:
                     return RunResult(run_id="-", status="rejected"), None
             assert chosen is not None
@@ -415,16 +427,21 @@ def _session(
                     for s in chosen.steps
                     if s.id in kept
                 ]
-                replanned = await _plan_and_approve(
-                    args,
-                    registry,
-                    client,
-                    goal or "",
-                    base,
-                    base_dir,
-                    context=_replan_context(result),
-                    keep=keep,
-                )
+                try:
+                    replanned = await _plan_and_approve(
+                        args,
+                        registry,
+                        client,
+                        goal or "",
+                        base,
+                        base_dir,
+                        context=_replan_context(result),
+                        keep=keep,
+                    )
+                except StepError as exc:  # keep the failed run's result, say why it stands
+                    sys.stderr.write(f"replanning failed: {exc.message}\n")
+                    result.errors.append(f"replanning failed: {exc.message}")
+                    break
                 if replanned is None:
                     break
                 chosen = replanned
@@ -438,6 +455,19 @@ def _session(
 
     try:
         result, secrets = asyncio.run(go())
+    except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
+        sys.stderr.write("\ninterrupted: stopped at once\n")
+        if args.json:
+            _print_json(
+                {
+                    "run_id": None,
+                    "status": "cancelled",
+                    "steps": {},
+                    "outputs": {},
+                    "errors": ["interrupted twice: stopped without finishing"],
+                }
+            )
+        return EXIT_INTERRUPTED
     finally:
         if log_stream is not None:
             log_stream.close()
@@ -508,7 +538,7 @@ async def _review_plan(plan: Plan, text: str, registry: Registry, base_dir: Path
     errors until it is valid or given up), reject, or save it as a recipe."""
     valid: Plan | None = plan
     while True:
-        answer = (await asyncio.to_thread(_prompt, _PLAN_MENU)).strip().lower()
+        answer = (await prompt_line(_PLAN_MENU)).strip().lower()
         if answer in {"a", "y", "yes"}:
             if valid is not None:
                 return valid
@@ -519,7 +549,7 @@ async def _review_plan(plan: Plan, text: str, registry: Registry, base_dir: Path
             if valid is not None:
                 sys.stderr.write(render_plan(valid, registry))
         elif answer == "s":
-            target = (await asyncio.to_thread(_prompt, "save as [plan.yaml] > ")).strip()
+            target = (await prompt_line("save as [plan.yaml] > ")).strip()
             target = target or "plan.yaml"
             await asyncio.to_thread(Path(target).write_text, text, encoding="utf-8")
             sys.stderr.write(f"saved to {target} (run it with: planloom run {target})\n")
@@ -572,12 +602,6 @@ def _replan_context(result: RunResult) -> str:
             line += f"; error: {step.error[:300]}"
         lines.append(line)
     return "\n".join(lines)
-
-
-def _prompt(text: str) -> str:
-    sys.stderr.write(text)
-    sys.stderr.flush()
-    return sys.stdin.readline()
 
 
 def _live_view(args: argparse.Namespace, plan: Plan, events: EventBus) -> LiveProgress | None:

@@ -469,6 +469,12 @@ class Executor:
                 error=exc.message,
             )
             raise
+        except Exception as exc:  # a bug below us is this attempt's failure, not a crash
+            error = StepFailed(f"{type(exc).__name__}: {exc}", step_id=step.id, attempt=attempt)
+            self.events.emit(
+                "attempt.finished", step.id, attempt, outcome="StepFailed", error=error.message
+            )
+            raise error from exc
         self.events.emit("attempt.finished", step.id, attempt, outcome="ok")
         return output
 
@@ -498,9 +504,12 @@ class Executor:
             spec, names, facts = action.agent, action.agent.tools, None
             goal = str(action.goal.render(context))
 
+        # A model chooses these calls: `confirm: never` waives only a step's own action.
+        confirm: Literal["auto", "always"] = "always" if step.confirm == "always" else "auto"
+
         async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
             return await self.sandbox.call(
-                name, arguments, step_id=step.id, attempt=attempt, confirm=step.confirm
+                name, arguments, step_id=step.id, attempt=attempt, confirm=confirm
             )
 
         task = AgentTask(

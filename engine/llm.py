@@ -23,7 +23,7 @@ from typing import Any, Literal
 from urllib.parse import urlsplit
 
 import openai
-from pydantic import BaseModel, SecretStr
+from pydantic import BaseModel, SecretStr, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from engine.errors import BudgetExceeded, ConfigurationError, StepFailed, StepTimeout
@@ -297,21 +297,24 @@ class LLMClient:
                 f"the model endpoint sent something that is not a chat completion: "
                 f"{str(response)[:200]!r}"
             ) from exc
-        calls = [
-            ToolCallRequest(
-                id=call.id or f"call_{index}",
-                name=call.function.name,
-                arguments=call.function.arguments or "{}",
+        try:
+            calls = [
+                ToolCallRequest(
+                    id=call.id or f"call_{index}",
+                    name=call.function.name,
+                    arguments=call.function.arguments or "{}",
+                )
+                for index, call in enumerate(message.tool_calls or [])
+            ]
+            return ChatResult(
+                content=message.content,
+                tool_calls=calls,
+                prompt_tokens=prompt,
+                completion_tokens=completion,
+                latency=latency,
             )
-            for index, call in enumerate(message.tool_calls or [])
-        ]
-        return ChatResult(
-            content=message.content,
-            tool_calls=calls,
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            latency=latency,
-        )
+        except (ValidationError, AttributeError, TypeError) as exc:
+            raise LLMError(f"the model's reply is malformed: {str(exc)[:300]}") from exc
 
     async def chat_json(
         self, messages: list[dict[str, Any]], schema: dict[str, Any], *, name: str = "answer"

@@ -152,9 +152,19 @@ class ReactAgent:
             task.transcript.append(TranscriptEntry(spec.action, arguments, "ok"))
             return _observation(output), False
 
-        outcomes = await asyncio.gather(
-            *(one(call.id, call.name, call.arguments) for call in result.tool_calls)
-        )
+        running = [
+            asyncio.ensure_future(one(call.id, call.name, call.arguments))
+            for call in result.tool_calls
+        ]
+        try:
+            outcomes = await asyncio.gather(*running)
+        except BaseException:
+            # One call ended the step (a spent budget, a cancel): no sibling may go on
+            # making side effects after it.
+            for call_task in running:
+                call_task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
+            raise
         messages = [
             {"role": "tool", "tool_call_id": call.id, "content": text}
             for call, (text, _) in zip(result.tool_calls, outcomes, strict=True)

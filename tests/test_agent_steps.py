@@ -28,6 +28,7 @@ from engine.testing import (
     ChatReply,
     ChatRequest,
     FakeOpenAIServer,
+    Fault,
     ModelFunction,
     ScriptedModel,
     ScriptedTools,
@@ -643,3 +644,110 @@ def test_agent_and_llm_usage_add_up(tmp_path: Path, jail: Path) -> None:
     assert result.usage.prompt_tokens == 305
     assert result.usage.completion_tokens == 31
     assert result.usage.tool_calls == 2  # fs.list inside the agent, and llm.complete
+
+
+# -- regressions from review ---------------------------------------------------------------
+
+
+def test_confirm_never_does_not_waive_gates_for_tools_a_model_chooses(
+    tmp_path: Path, jail: Path
+) -> None:
+    step = {
+        "id": "look",
+        "tool": "fs.read",
+        "params": {"path": "missing.txt"},
+        "confirm": "never",  # waives the gate of this read, nothing else
+        "fallback": "Tell the user the file is missing.",
+    }
+    model = ScriptedModel.sequence(
+        ChatReply(tool_calls=[ToolCall("fs__write", {"path": "pwned.txt", "content": "x"})]),
+        "done",
+    )
+    result, _ = run(recipe([step]), tmp_path, model, approver=DenyAll())
+    assert not (jail / "pwned.txt").exists()
+    transcript = result.steps["look"].transcript or []
+    assert [(e["tool"], e["status"]) for e in transcript] == [("fs.write", "error")]
+    assert "denied by approver" in (transcript[0]["detail"] or "")
+
+
+def test_a_spent_budget_cancels_the_other_calls_of_the_turn(tmp_path: Path, jail: Path) -> None:
+    registry = default_registry()
+    tools = ScriptedTools(registry)
+    tools.script("slow", Wait(1.5, "late"))
+    model = ScriptedModel.sequence(
+        ChatReply(
+            tool_calls=[
+                ToolCall("test__run", {"key": "slow"}),
+                ToolCall("test__run", {"key": "fast"}),
+            ]
+        ),
+        "done",
+    )
+    data = json.loads(recipe([agent_step("both", ["test.run"])], {"test": {}}))
+    data["limits"] = {"max_tool_calls": 1}
+    result, _ = run(json.dumps(data), tmp_path, model, registry=registry)
+    assert result.steps["work"].status == "failed"
+    slow = tools.calls_for("slow")
+    time.sleep(2.0)  # had it gone on, it would have finished by now
+    assert all(call.outcome != "ok" for call in slow)
+
+
+def test_a_malformed_model_reply_lets_can_fail_apply(tmp_path: Path, jail: Path) -> None:
+    body = json.dumps(
+        {
+            "id": "x",
+            "object": "chat.completion",
+            "created": 1,
+            "model": "m",
+            "choices": [
+                {
+                    "index": 0,
+                    "finish_reason": "tool_calls",
+                    "message": {
+                        "role": "assistant",
+                        "content": None,
+                        "tool_calls": [
+                            {
+                                "id": "c1",
+                                "type": "function",
+                                "function": {"name": None, "arguments": "{}"},
+                            }
+                        ],
+                    },
+                }
+            ],
+        }
+    )
+    registry = default_registry()
+    data = recipe([{**agent_step("go", ["fs.read"]), "can_fail": True}])
+
+    def model(request: ChatRequest) -> str:
+        return "unused"
+
+    scripted = ScriptedModel(model)
+    text = data
+
+    async def scenario() -> RunResult:
+        parsed, source = parse_recipe_text(text, "<test>")
+        plan = validate_plan(parsed, source, registry, base_dir=tmp_path)
+        with FakeOpenAIServer(scripted) as server:
+            server.inject(Fault.malformed(body))
+            client = LLMClient(
+                LLMConfig(model="m", base_url=server.base_url, api_key=SecretStr("k")),
+            )
+            try:
+                return await Executor(
+                    plan,
+                    registry=registry,
+                    base_dir=tmp_path,
+                    agent_runner=ReactAgent(client),
+                    llm=client,
+                ).run()
+            finally:
+                await client.aclose()
+
+    result = asyncio.run(scenario())
+    step = result.steps["work"]
+    assert step.status == "failed_acceptable"
+    assert "malformed" in (step.error or "")
+    assert result.status == "succeeded"

@@ -114,3 +114,18 @@ def test_without_replan_the_failure_stands(tmp_path: Path) -> None:
         assert len(server.requests) == 1
     assert done.returncode == 1
     assert json.loads(done.stdout)["steps"]["extra"]["status"] == "failed"
+
+
+def test_a_model_failing_during_planning_is_reported_not_a_traceback(tmp_path: Path) -> None:
+    from engine.testing import Fault
+
+    (tmp_path / "caps.yaml").write_text("capabilities: {fs: {root: ., read: true}}\n")
+    with FakeOpenAIServer(ScriptedModel(model)) as server:
+        server.inject(*[Fault.status(500)] * 4)  # every retry fails (1 s, 2 s, 4 s backoff)
+        done = plan_cli(tmp_path, server.base_url)
+    assert done.returncode == 1
+    assert "planning failed" in done.stderr
+    assert "Traceback" not in done.stderr
+    result = json.loads(done.stdout)
+    assert result["status"] == "failed"
+    assert "500" in result["errors"][0]
