@@ -139,7 +139,7 @@ class PolicyApprover:
     async def decide(self, request: GateRequest) -> Decision:
         # A re-ask after the person's edit failed the schema is a conversation with them;
         # the policy checks whatever they finally approve (see `_ask`).
-        if getattr(request, "problem", None) is not None:
+        if request.problem is not None:
             return await self._ask(request, "asked again after a refused edit")
         found = self.policy.match(request.action, request.params)
         if found is None:
@@ -188,7 +188,7 @@ class PolicyApprover:
         decision = await self.ask.decide(request)
         # The person may edit the params before approving: an edit must not walk a call
         # into what a deny rule (or the deny default) forbids.
-        edited = getattr(decision, "edited_params", None)
+        edited = decision.edited_params
         if decision.approved and edited is not None:
             refusal = self._refusal(request.action, edited)
             if refusal is not None:

@@ -149,9 +149,6 @@ class Editor:
         raise StepFailed("not asked")
 
 
-@pytest.mark.skipif(
-    "edited_params" not in Decision.model_fields, reason="approvers cannot edit params yet"
-)
 @pytest.mark.parametrize(
     ("edit", "refusal"),
     [
@@ -178,9 +175,6 @@ rules:
         assert refusal in (decision.reason or "")
 
 
-@pytest.mark.skipif(
-    "problem" not in GateRequest.model_fields, reason="gates do not re-ask after edits yet"
-)
 def test_a_re_ask_after_a_refused_edit_goes_to_the_person() -> None:
     person = ScriptedApprover(decisions={"s": "gave up"})
     request = GateRequest(
