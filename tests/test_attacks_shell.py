@@ -323,24 +323,8 @@ def test_b8_real_path_decides(jail: Path) -> None:
 # --- B9: environment ------------------------------------------------------------------------
 
 
-def test_b9_caller_env_is_stripped(jail: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    canary = f"canary-{uuid.uuid4().hex}"
-    hostile = {
-        "LD_PRELOAD": "/nonexistent/evil.so",
-        "BASH_ENV": str(jail / "evil.sh"),
-        "PYTHONSTARTUP": str(jail / "evil.py"),
-        "GIT_SSH_COMMAND": "touch pwned",
-        "PAGER": "touch pwned",
-        "SERVICE_TOKEN": canary,
-    }
-    for name, value in hostile.items():
-        monkeypatch.setenv(name, value)
-    monkeypatch.setenv("PATH", f"{jail}:{os.environ.get('PATH', '')}")
-    result = _run(jail, ["env"], allow=["env"])
-    assert canary not in result.stdout
-    for name in hostile:
-        assert f"\n{name}=" not in "\n" + result.stdout
-    assert "PATH=/usr/local/bin:/usr/bin:/bin\n" in result.stdout
+# B9's caller-environment row is tests/test_shell.py::test_b9_child_env_is_scrubbed, which
+# asserts the exact set of variables a child gets (so every hostile one is absent).
 
 
 @pytest.mark.parametrize(
