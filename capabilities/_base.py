@@ -90,6 +90,9 @@ class Action(Generic[P]):
             (e.g. HTTP GET vs POST).
         interruptible: whether the sandbox's timeout can stop a call (false for quick
             synchronous functions run inline, which cannot be interrupted).
+        recorded: whether a cassette records the call's result. False for actions whose own
+            inputs are recorded instead (a model's answers, a person's), so that on replay
+            the action runs again over the replayed inputs.
     """
 
     name: str
@@ -99,6 +102,7 @@ class Action(Generic[P]):
     result_model: type[BaseModel] | None = None
     side_effects: bool | Callable[[P], bool] = True
     interruptible: bool = True
+    recorded: bool = True
     family: str = field(init=False)
 
     def __post_init__(self) -> None:

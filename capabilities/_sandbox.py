@@ -53,6 +53,7 @@ class Sandbox:
     ask: Asker | None = None
     llm: Any = None
     dry_run: bool = False
+    tape: Any = None  # an `engine.recording.Tape`: results are recorded, or replayed from it
     calls: int = 0
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
 
@@ -129,9 +130,17 @@ class Sandbox:
                 side_effects=side_effects,
                 missing_confinement=self._missing_layers(action.family) or None,
             )
+
+        async def run() -> Any:
+            return _jsonable(name, await _execute(action, model, ctx))
+
         try:
-            result = await _execute(action, model, ctx)
-            output = _jsonable(name, result)
+            if self.tape is not None and action.recorded:
+                output = await self.tape.tool(
+                    step_id, attempt, name, params, read_only=not side_effects, run=run
+                )
+            else:
+                output = await run()
         except StepError as exc:
             exc.step_id = exc.step_id or step_id
             exc.attempt = exc.attempt or attempt

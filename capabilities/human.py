@@ -103,5 +103,6 @@ def register(registry: Registry) -> None:
             _ask,
             result_model=Answer,
             side_effects=False,
+            recorded=False,  # the model's answers / the person's are recorded instead
         )
     )

@@ -93,6 +93,7 @@ def register(registry: Registry) -> None:
             _complete,
             result_model=CompleteResult,
             side_effects=False,
+            recorded=False,  # the model's answers / the person's are recorded instead
         )
     )
     registry.add(
@@ -103,5 +104,6 @@ def register(registry: Registry) -> None:
             _extract,
             result_model=ExtractResult,
             side_effects=False,
+            recorded=False,  # the model's answers / the person's are recorded instead
         )
     )

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Iterator
 from typing import IO, Any
@@ -109,10 +110,27 @@ def print_summary(result: RunResult, stream: IO[str], *, color: bool) -> None:
             _clip(step.error, 100),
         )
     console.print(table)
+    for decision in result.approvals:
+        verdict = "approved" if decision.approved else "denied"
+        why = f": {decision.reason}" if decision.reason and not decision.approved else ""
+        console.print(
+            Text(f"gate: {decision.step_id} {decision.action} {verdict} by {decision.by}{why}")
+        )
+    for name, value in result.outputs.items():
+        text = value if isinstance(value, str) else json.dumps(value, default=repr)
+        lines = neutralize(text.rstrip()).splitlines() or [""]
+        more = f"\n  … ({len(lines) - 20} more lines)" if len(lines) > 20 else ""
+        console.print(Text(f"output {name}:\n  " + "\n  ".join(lines[:20]) + more))
     for error in result.errors:
         console.print(Text(f"error: {error}", style="red"))
     style = "bold green" if result.status == "succeeded" else "bold red"
+    usage = result.usage
+    model = (
+        f"{usage.llm_calls} model calls, {usage.prompt_tokens + usage.completion_tokens} tokens, "
+        if usage.llm_calls
+        else ""
+    )
     console.print(
         Text(f"run {result.status}", style=style),
-        Text(f"  ({result.usage.tool_calls} tool calls)", style="dim"),
+        Text(f"  ({model}{usage.tool_calls} tool calls)", style="dim"),
     )

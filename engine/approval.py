@@ -22,7 +22,7 @@ from pydantic import BaseModel
 
 from capabilities._sanitize import neutralize, sanitize_for_llm
 from capabilities.human import Question, parse_answer
-from engine.errors import ApprovalDenied, StepFailed
+from engine.errors import ApprovalDenied, ReplayMismatch, StepFailed
 from engine.results import Decision
 
 __all__ = [
@@ -319,6 +319,8 @@ class Gatekeeper:
         for _ in range(self.MAX_EDITS):
             try:
                 decision = await self.approver.decide(request)
+            except ReplayMismatch:  # a replay with no recorded decision: the step says so
+                raise
             except Exception as exc:  # a broken approver fails closed
                 return _decision(
                     request, False, "error", f"approver failed: {type(exc).__name__}: {exc}"

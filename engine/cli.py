@@ -42,11 +42,12 @@ from engine.errors import ConfigurationError, PlanValidationError, StepError
 from engine.events import EventBus, structlog_subscriber
 from engine.executor import Executor
 from engine.inputs import parse_assignments
-from engine.llm import Budget, LLMClient, resolve_llm_config
+from engine.llm import Budget, LLMClient, LLMConfig, resolve_llm_config
 from engine.model import FallbackAction, Limits, LLMSettings, Plan, plan_json_schema
 from engine.policy import PolicyApprover, load_policy
+from engine.recording import RECORD_MODES, Cassette, OfflineModel, RecordMode, Tape
 from engine.render import plan_has_side_effects, render_graph, render_plan
-from engine.results import RunResult, StepResult
+from engine.results import ReplayReport, RunResult, StepResult
 from engine.validation import validate_plan
 from planners.llm import LLMPlanner
 from planners.react import ReactAgent
@@ -104,6 +105,7 @@ def _parser() -> argparse.ArgumentParser:
         help="run read-only actions; report side effects instead of making them",
     )
     _model_flags(run)
+    _cassette_flags(run)
 
     plan = sub.add_parser("plan", help="plan a goal with the model, show it, approve, run")
     plan.add_argument("goal")
@@ -123,6 +125,22 @@ def _parser() -> argparse.ArgumentParser:
     plan.add_argument("--dry-run", action="store_true")
     plan.add_argument("--policy", metavar="FILE")
     _model_flags(plan)
+    _cassette_flags(plan)
+
+    replay = sub.add_parser(
+        "replay",
+        help="replay a cassette offline: its plan (or goal), model answers, tool results and "
+        "decisions",
+    )
+    replay.add_argument("cassette")
+    replay.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    replay.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
+    replay.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
+    replay.add_argument(
+        "--live-tools",
+        action="store_true",
+        help="run read-only tools for real instead of serving their recorded results",
+    )
 
     validate = sub.add_parser("validate", help="check a recipe without running it")
     validate.add_argument("recipe")
@@ -137,6 +155,32 @@ def _parser() -> argparse.ArgumentParser:
     tools = sub.add_parser("tools", help="list the actions steps can use")
     tools.add_argument("--json", action="store_true", help="as JSON, with params schemas")
     return parser
+
+
+def _cassette_flags(parser: argparse.ArgumentParser) -> None:
+    tape = parser.add_mutually_exclusive_group()
+    tape.add_argument(
+        "--record",
+        metavar="CASSETTE",
+        help="record the run's model answers, tool results and decisions to CASSETTE",
+    )
+    tape.add_argument(
+        "--replay",
+        metavar="CASSETTE",
+        help="replay from CASSETTE: no live model, no side effects; unrecorded requests fail",
+    )
+    parser.add_argument(
+        "--record-mode",
+        choices=RECORD_MODES,
+        help="none: replay only (the default of --replay); once: replay if the cassette "
+        "exists, else record; new_episodes: replay what is recorded, record the rest; "
+        "all: record everything again (the default of --record)",
+    )
+    parser.add_argument(
+        "--live-tools",
+        action="store_true",
+        help="in a replay, run read-only tools for real instead of serving their recordings",
+    )
 
 
 def _model_flags(parser: argparse.ArgumentParser) -> None:
@@ -161,11 +205,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             "graph": _cmd_graph,
             "schema": _cmd_schema,
             "tools": _cmd_tools,
+            "replay": _cmd_replay,
         }[args.command]
         return command(args, registry)
     except ConfigurationError as exc:
         sys.stderr.write(f"planloom: error: {exc}\n")
-        if args.command in ("run", "plan") and args.json:
+        if args.command in ("run", "plan", "replay") and args.json:
             _print_json(_invalid([{"rule": "configuration", "message": str(exc)}]))
         return EXIT_INVALID
 
@@ -319,6 +364,57 @@ def _cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
     return _session(args, registry, None, base, base_dir, goal=args.goal)
 
 
+def _cmd_replay(args: argparse.Namespace, registry: Registry) -> int:
+    from planners.replay import plan_from_cassette
+
+    cassette = Cassette.load(args.cassette)
+    for name, value in {
+        "input": [f"{k}={_as_text(v)}" for k, v in cassette.inputs.items()],
+        "yes": False,
+        "no": False,
+        "policy": None,
+        "dry_run": False,
+        "model": None,
+        "base_url": None,
+        "record": None,
+        "replay": args.cassette,
+        "record_mode": "none",
+    }.items():
+        setattr(args, name, value)
+    base_dir = Path(args.cassette).resolve().parent
+    if cassette.goal is not None:
+        return _session(args, registry, None, cassette.base or {}, base_dir, goal=cassette.goal)
+    try:
+        plan = plan_from_cassette(cassette, args.cassette, registry, base_dir)
+    except PlanValidationError as exc:
+        sys.stderr.write(render_diagnostics(exc.diagnostics, None) + "\n")
+        sys.stderr.write(f"{args.cassette}: the recorded plan is not valid here\n")
+        return EXIT_INVALID
+    return _session(args, registry, plan, plan.to_data(), base_dir, goal=None)
+
+
+def _as_text(value: Any) -> str:
+    """A recorded input as `-i` text (inputs are recorded as they were given)."""
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def _open_tape(args: argparse.Namespace) -> Tape | None:
+    path = getattr(args, "record", None) or getattr(args, "replay", None)
+    if path is None:
+        if getattr(args, "record_mode", None) or getattr(args, "live_tools", False):
+            raise ConfigurationError(
+                "--record-mode and --live-tools need a cassette: add --record FILE or --replay FILE"
+            )
+        return None
+    if args.dry_run:
+        raise ConfigurationError(
+            "--dry-run cannot be combined with --record or --replay: a dry run makes no side "
+            "effects to record, and a replay makes none anyway"
+        )
+    mode: RecordMode = args.record_mode or ("all" if args.record else "none")
+    return Tape(path, mode, live_tools=args.live_tools)
+
+
 def _needs_model(plan: Plan) -> bool:
     return "llm" in plan.capabilities or any(
         step.agent is not None
@@ -354,12 +450,22 @@ def _session(
     """Configure the model if the run needs one, plan if asked, approve, run: one loop."""
     recipe_llm = LLMSettings.model_validate(base["llm"]) if base.get("llm") else None
     needs_model = goal is not None or (plan is not None and _needs_model(plan))
-    config = (
-        resolve_llm_config(recipe_llm, model=args.model, base_url=args.base_url)
-        if needs_model
-        else None
-    )
-    inputs = parse_assignments(args.input)
+    tape = _open_tape(args)
+    offline = tape is not None and not tape.recording
+    config = None
+    if needs_model and offline:
+        assert tape is not None
+        recorded = tape.recorded.model or (recipe_llm.model if recipe_llm else None)
+        config = LLMConfig(model=args.model or recorded or "unrecorded")
+    elif needs_model:
+        config = resolve_llm_config(recipe_llm, model=args.model, base_url=args.base_url)
+    given = parse_assignments(args.input)
+    inputs = given
+    if tape is not None and tape.replaying:  # recorded inputs, unless given again
+        recorded_inputs = parse_assignments(
+            [f"{k}={_as_text(v)}" for k, v in tape.recorded.inputs.items()]
+        )
+        inputs = {**recorded_inputs, **given}
     limits = Limits.model_validate(base.get("limits") or {})
     log_stream = _open_log(args.log_file) if args.log_file else None
 
@@ -380,6 +486,7 @@ def _session(
             llm=client,
             preloaded=preloaded,
             dry_run=args.dry_run,
+            tape=tape,
         )
         events.run_id = executor.run_id
         _subscribe_logs(events, verbose=args.verbose, log_stream=log_stream)
@@ -396,15 +503,20 @@ def _session(
                 max_tokens=limits.max_llm_tokens,
                 deadline=time.monotonic() + limits.max_duration,
             )
-            client = LLMClient(config, budget=budget)
+            client = LLMClient(
+                config, budget=budget, tape=tape, client=OfflineModel() if offline else None
+            )
         try:
-            if client is not None:
+            if client is not None and not offline:
                 await client.preflight()
             chosen = plan
             if goal is not None:
                 assert client is not None
                 try:
-                    chosen = await _plan_and_approve(args, registry, client, goal, base, base_dir)
+                    chosen = await _plan_and_approve(
+                        args, registry, client, goal, base, base_dir, tape=tape
+                    )
+                    planned.append(chosen)
                 except StepError as exc:  # the model failed us: nothing ran
                     sys.stderr.write(f"planning failed: {exc.message}\n")
                     failed = RunResult(run_id="-", status="failed", errors=[exc.message])
@@ -437,6 +549,7 @@ def _session(
                         base_dir,
                         context=_replan_context(result),
                         keep=keep,
+                        tape=tape,
                     )
                 except StepError as exc:  # keep the failed run's result, say why it stands
                     sys.stderr.write(f"replanning failed: {exc.message}\n")
@@ -453,6 +566,9 @@ def _session(
             if client is not None:
                 await client.aclose()
 
+    planned: list[Plan | None] = []
+    if tape is not None:
+        sys.stderr.write(_tape_banner(tape))
     try:
         result, secrets = asyncio.run(go())
     except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
@@ -471,6 +587,17 @@ def _session(
     finally:
         if log_stream is not None:
             log_stream.close()
+    if tape is not None:
+        first = planned[0] if planned else plan
+        _finish_tape(
+            tape,
+            result,
+            plan=first.to_data() if first is not None else None,
+            goal=goal,
+            base=base if goal is not None else None,
+            model=config.model if config is not None else None,
+            inputs=inputs,
+        )
     if args.json:
         # Outputs are the steps' raw data: redact at this sink, as at every other.
         data = result.model_dump(mode="json")
@@ -478,10 +605,23 @@ def _session(
     if result.status == "rejected":
         sys.stderr.write("plan rejected: nothing ran\n")
     else:
-        print_summary(result, sys.stderr, color=sys.stderr.isatty())
+        shown = result
+        if secrets is not None:  # outputs and reasons are raw data: redacted at this sink too
+            shown = result.model_copy(
+                update={
+                    "outputs": secrets.redact_value(result.outputs),
+                    "approvals": [
+                        d.model_copy(update={"reason": secrets.redact(d.reason)}) if d.reason else d
+                        for d in result.approvals
+                    ],
+                }
+            )
+        print_summary(shown, sys.stderr, color=sys.stderr.isatty())
     for call in result.dry_run or []:
         params = json.dumps(call["params"], ensure_ascii=False, default=repr)
         sys.stderr.write(f"would run: {call['step_id']}: {call['action']} {neutralize(params)}\n")
+    if result.replay is not None:
+        _print_replay(result.replay)
     return {
         "succeeded": EXIT_OK,
         "failed": EXIT_FAILED,
@@ -500,6 +640,7 @@ async def _plan_and_approve(
     *,
     context: str | None = None,
     keep: list[dict[str, Any]] | None = None,
+    tape: Tape | None = None,
 ) -> Plan | None:
     """Plan the goal, show the plan, save it if asked; None if the plan was rejected."""
     sys.stderr.write(f"planning: {goal}\n")
@@ -520,31 +661,46 @@ async def _plan_and_approve(
         sys.stderr.write(f"plan saved to {save} (run it with: planloom run {save})\n")
     if args.dry_run or not plan_has_side_effects(outcome.plan, registry):
         return outcome.plan  # nothing with side effects will run
-    if args.yes:
-        return outcome.plan
-    if args.no:
+
+    async def decide() -> tuple[bool, str | None]:
+        if args.yes:
+            return True, None
+        if args.no:
+            return False, None
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            sys.stderr.write(
+                "the plan has side effects and there is no terminal to approve it: pass --yes "
+                "to approve it, or review it with -o FILE and run that\n"
+            )
+            return False, None
+        return await _review_plan(outcome.plan, outcome.text, registry, base_dir)
+
+    approved, edited = await tape.review(outcome.text, decide) if tape else await decide()
+    if tape is not None and tape.replaying and not tape.recording:
+        verdict = "approved" if approved else "rejected"
+        sys.stderr.write(f"plan {verdict} (recorded decision{', edited' if edited else ''})\n")
+    if not approved:
         return None
-    if not (sys.stdin.isatty() and sys.stderr.isatty()):
-        sys.stderr.write(
-            "the plan has side effects and there is no terminal to approve it: pass --yes "
-            "to approve it, or review it with -o FILE and run that\n"
-        )
-        return None
-    return await _review_plan(outcome.plan, outcome.text, registry, base_dir)
+    return outcome.plan if edited is None else _revalidate(edited, registry, base_dir)
 
 
-async def _review_plan(plan: Plan, text: str, registry: Registry, base_dir: Path) -> Plan | None:
+async def _review_plan(
+    plan: Plan, text: str, registry: Registry, base_dir: Path
+) -> tuple[bool, str | None]:
     """The person's review of a plan: approve, edit in $EDITOR (re-validated, with located
-    errors until it is valid or given up), reject, or save it as a recipe."""
+    errors until it is valid or given up), reject, or save it as a recipe. Returns whether
+    it was approved, and the edited YAML if it was edited."""
     valid: Plan | None = plan
+    edited = False
     while True:
         answer = (await prompt_line(_PLAN_MENU)).strip().lower()
         if answer in {"a", "y", "yes"}:
             if valid is not None:
-                return valid
+                return True, text if edited else None
             sys.stderr.write("the plan is invalid: edit it again, or reject it\n")
         elif answer == "e":
             text = await asyncio.to_thread(_edit, text)
+            edited = True
             valid = _revalidate(text, registry, base_dir)
             if valid is not None:
                 sys.stderr.write(render_plan(valid, registry))
@@ -554,7 +710,7 @@ async def _review_plan(plan: Plan, text: str, registry: Registry, base_dir: Path
             await asyncio.to_thread(Path(target).write_text, text, encoding="utf-8")
             sys.stderr.write(f"saved to {target} (run it with: planloom run {target})\n")
         else:  # r, an empty answer, or end of input
-            return None
+            return False, None
 
 
 _PLAN_MENU = "[a]pprove  [e]dit  [r]eject  [s]ave as recipe > "
@@ -586,6 +742,55 @@ def _revalidate(text: str, registry: Registry, base_dir: Path) -> Plan | None:
             source = None
         sys.stderr.write(render_diagnostics(exc.diagnostics, source) + "\n")
         return None
+
+
+def _tape_banner(tape: Tape) -> str:
+    if tape.recording and not tape.replaying:
+        return f"recording to {tape.path} (mode {tape.requested_mode})\n"
+    live = "new requests go live and are recorded" if tape.recording else "nothing is live"
+    tools = "; read-only tools run live" if tape.live_tools else ""
+    note = f"\n  {neutralize(tape.recorded.note)}" if tape.recorded.note else ""
+    return f"replaying {tape.path} (mode {tape.requested_mode}: {live}{tools}){note}\n"
+
+
+def _finish_tape(
+    tape: Tape,
+    result: RunResult,
+    *,
+    plan: dict[str, Any] | None,
+    goal: str | None,
+    base: dict[str, Any] | None,
+    model: str | None,
+    inputs: dict[str, Any],
+) -> None:
+    """Write the cassette (not for an interrupted run) and attach the replay report."""
+    written = False
+    if result.status != "cancelled":
+        written = tape.save(plan=plan, goal=goal, base=base, model=model, inputs=inputs)
+    elif tape.recording:
+        sys.stderr.write(f"interrupted: {tape.path} was not written (the recording is partial)\n")
+    result.replay = ReplayReport(
+        cassette=str(tape.path),
+        mode=tape.requested_mode,
+        mismatches=list(tape.mismatches),
+        unused=tape.unused(),
+        written=written,
+    )
+    if tape.mismatches and result.status == "succeeded":
+        result.status = "failed"  # a replay that diverged proves nothing
+
+
+def _print_replay(report: ReplayReport) -> None:
+    for mismatch in report.mismatches:
+        sys.stderr.write(f"\n{neutralize(mismatch)}\n")
+    if report.unused:
+        sys.stderr.write(
+            f"\n{len(report.unused)} recording(s) in {report.cassette} were not used:\n"
+        )
+        for line in report.unused:
+            sys.stderr.write(f"  unused: {neutralize(line)}\n")
+    if report.written:
+        sys.stderr.write(f"cassette written: {report.cassette}\n")
 
 
 def _replan_context(result: RunResult) -> str:

@@ -15,7 +15,8 @@ PlanloomError
 │   ├── ApprovalDenied         the approver refused a gated call
 │   ├── DryRun                 --dry-run: a side effect reported instead of made
 │   ├── TemplateError          a `${{ }}` expression failed while rendering
-│   └── BudgetExceeded         a run limit (duration, tool calls) was reached
+│   ├── BudgetExceeded         a run limit (duration, tool calls) was reached
+│   └── ReplayMismatch         a replayed run asked for something the cassette lacks
 └── UsageError                 the Python API was misused (a programming error)
 ```
 
@@ -41,6 +42,7 @@ __all__ = [
     "PlanValidationError",
     "PlanloomError",
     "RecipeSyntaxError",
+    "ReplayMismatch",
     "StepError",
     "StepFailed",
     "StepTimeout",
@@ -168,6 +170,14 @@ class BudgetExceeded(StepError):
     def __init__(self, message: str, *, limit: str, step_id: str | None = None) -> None:
         super().__init__(message, step_id=step_id)
         self.limit = limit
+
+
+class ReplayMismatch(StepError):
+    """A replayed run made a request (model, tool, gate, question) the cassette has no
+    recording of. It ends the step as `failed`: no retry, fallback or `can_fail` applies,
+    because the replay no longer shows what the recorded run did."""
+
+    retryable = False
 
 
 class UsageError(PlanloomError):

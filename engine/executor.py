@@ -38,6 +38,7 @@ from engine.approval import Approver, FailClosed, Gatekeeper
 from engine.errors import (
     ApprovalDenied,
     DryRun,
+    ReplayMismatch,
     StepError,
     StepFailed,
     StepTimeout,
@@ -47,6 +48,7 @@ from engine.events import EventBus
 from engine.inputs import resolve_inputs
 from engine.llm import ChatResult, LLMClient
 from engine.model import AgentSpec, FallbackAction, Plan, RetryPolicy, Step
+from engine.recording import Tape, TapeApprover, enter_scope
 from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
 from engine.templating import Template, ValueTemplate, compile_value
 
@@ -131,6 +133,8 @@ class Executor:
             these steps are not run again; their results stand.
         dry_run: read-only actions run; calls with side effects are reported (with their
             rendered params) instead of made, and steps needing their outputs are skipped.
+        tape: a cassette to record the run's tool results, approvals and answers into, or
+            to replay them from (the model client takes the same tape for its answers).
     """
 
     def __init__(
@@ -150,6 +154,7 @@ class Executor:
         llm: LLMClient | None = None,
         preloaded: Mapping[str, StepResult] | None = None,
         dry_run: bool = False,
+        tape: Tape | None = None,
     ) -> None:
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -158,8 +163,13 @@ class Executor:
         self.events = events or EventBus(self.run_id)
         if self.events.redact is None:
             self.events.redact = self.secrets.redact_value
+        approver = approver or FailClosed()
+        if tape is not None:
+            approver = TapeApprover(tape, approver)
+        self.tape = tape
+        self._mismatched: set[str] = set()  # steps a replay had no recording for
         self.gatekeeper = Gatekeeper(
-            approver or FailClosed(), redact=self.secrets.redact_value, on_quit=self.cancel
+            approver, redact=self.secrets.redact_value, on_quit=self.cancel
         )
         self.sandbox = Sandbox(
             registry,
@@ -171,6 +181,7 @@ class Executor:
             max_tool_calls=plan.limits.max_tool_calls,
             ask=self._ask,
             llm=llm,
+            tape=tape,
         )
         self.registry = registry
         self.agent_runner = agent_runner
@@ -325,6 +336,7 @@ class Executor:
     async def _run_step(self, step_id: str) -> StepResult:
         compiled = self._compiled[step_id]
         step = compiled.step
+        enter_scope(step_id)  # this step's task: what a cassette files its calls under
         self.events.emit("step.started", step_id)
         if self.sandbox.dry_run:
             skipped = self._dry_skip(step)
@@ -346,7 +358,7 @@ class Executor:
             return self._finish(step_id, self._failed(step, exc, _Tally()))
         tally = _Tally()
         status, output, error = await self._run_chain(compiled, context, tally)
-        if status in ("failed", "denied") and step.can_fail:
+        if status in ("failed", "denied") and step.can_fail and step_id not in self._mismatched:
             status = "failed_acceptable"
         return self._finish(
             step_id, StepResult(status=status, output=output, error=error, attempts=tally.attempts)
@@ -365,6 +377,7 @@ class Executor:
         tally = _Tally()
 
         async def one(index: int, item: Any) -> tuple[StepStatus, Any, str | None]:
+            enter_scope(f"{step.id}[{index}]")
             async with limit:
                 return await self._run_chain(
                     compiled, {**context, "item": item, "index": index}, tally
@@ -376,7 +389,7 @@ class Executor:
         bad = [(i, o) for i, o in enumerate(outcomes) if o[0] in BLOCKING]
         if bad:
             status: StepStatus = "denied" if all(o[0] == "denied" for _, o in bad) else "failed"
-            if step.can_fail:
+            if step.can_fail and step.id not in self._mismatched:
                 status = "failed_acceptable"
             error = "; ".join(f"item {i}: {o[2]}" for i, o in bad[:5])
             more = f" (and {len(bad) - 5} more items)" if len(bad) > 5 else ""
@@ -405,6 +418,9 @@ class Executor:
             call = {"step_id": step.id, "action": exc.action, "params": exc.params}
             self.would_run.append(self.secrets.redact_value(call))
             return "skipped", None, f"{exc.message} (not run: --dry-run)"
+        except ReplayMismatch as exc:  # the replay cannot show what happened next
+            self._mismatched.add(step.id)
+            return "failed", None, exc.message
         except StepError as exc:
             denied = isinstance(exc, ApprovalDenied)
             error = exc.message
@@ -415,6 +431,9 @@ class Executor:
                     step, compiled.fallback, context, tally.attempts, failure=error
                 )
                 return "fallback", output, f"primary failed: {error}"
+            except ReplayMismatch as exc:
+                self._mismatched.add(step.id)
+                return "failed", None, f"{error}; fallback: {exc.message}"
             except StepError as exc:
                 error = f"{error}; fallback failed: {exc.message}"
         return ("denied" if denied else "failed"), None, error

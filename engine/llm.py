@@ -188,6 +188,7 @@ class LLMClient:
     client: Any = None
     json_mode: JsonMode = "json_schema"  # downgraded when the endpoint refuses it
     on_call: Callable[[ChatResult], None] | None = None  # per-call usage, e.g. as events
+    tape: Any = None  # an `engine.recording.Tape`: answers are recorded, or replayed from it
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -246,6 +247,16 @@ class LLMClient:
             kwargs["response_format"] = response_format
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
+        if self.tape is not None:
+            result: ChatResult = await self.tape.chat(kwargs, self._call, self._count)
+        else:
+            result = await self._call(kwargs)
+        if self.on_call is not None:
+            self.on_call(result)
+        return result
+
+    async def _call(self, kwargs: dict[str, Any]) -> ChatResult:
+        """The live call, with retries and errors translated."""
         retrying = AsyncRetrying(
             stop=stop_after_attempt(len(BACKOFF) + 1),
             wait=_backoff,
@@ -277,10 +288,13 @@ class LLMClient:
             raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
         except (ValueError, _NotACompletion) as exc:  # JSONDecodeError from the client
             raise LLMError(f"the model endpoint sent a malformed response: {exc}") from exc
-        result = self._account(response, time.monotonic() - started)
-        if self.on_call is not None:
-            self.on_call(result)
-        return result
+        return self._account(response, time.monotonic() - started)
+
+    def _count(self, result: ChatResult) -> None:
+        """Count a replayed answer as its live call was counted."""
+        self.budget.calls += 1
+        self.budget.prompt_tokens += result.prompt_tokens
+        self.budget.completion_tokens += result.completion_tokens
 
     def _account(self, response: Any, latency: float) -> ChatResult:
         self.budget.calls += 1

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 __all__ = [
     "TERMINAL",
     "Decision",
+    "ReplayReport",
     "RunResult",
     "RunStatus",
     "StepResult",
@@ -71,6 +72,20 @@ class Decision(BaseModel):
     at: float = Field(default_factory=time.time, description="When it was decided (epoch s).")
 
 
+class ReplayReport(BaseModel):
+    """How a run went against its cassette (`--record` / `--replay`)."""
+
+    cassette: str
+    mode: str
+    mismatches: list[str] = Field(
+        default_factory=list, description="Requests the cassette had no recording of."
+    )
+    unused: list[str] = Field(
+        default_factory=list, description="Recordings the replay never asked for."
+    )
+    written: bool = Field(False, description="Whether the cassette file was (re)written.")
+
+
 class RunResult(BaseModel):
     """The whole run, as printed by `planloom run --json`."""
 
@@ -84,6 +99,7 @@ class RunResult(BaseModel):
     dry_run: list[dict[str, Any]] | None = Field(
         None, description="--dry-run: the calls with side effects that were not made."
     )
+    replay: ReplayReport | None = None
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the repr of a finished run's result on exit.

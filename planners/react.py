@@ -17,7 +17,7 @@ from typing import Any
 import jsonschema
 
 from engine.agent import AgentTask, ToolSpec, TranscriptEntry, tool_name_for
-from engine.errors import BudgetExceeded, StepError, StepFailed
+from engine.errors import BudgetExceeded, ReplayMismatch, StepError, StepFailed
 from engine.llm import ChatResult, LLMClient, extract_json
 
 __all__ = ["ReactAgent", "trim"]
@@ -138,7 +138,7 @@ class ReactAgent:
                 return f"error: the arguments are not a JSON object ({exc}); resend them", True
             try:
                 output = await task.call_tool(spec.action, arguments)
-            except BudgetExceeded as exc:  # the run's budget is spent: the step ends here
+            except (BudgetExceeded, ReplayMismatch) as exc:  # the step ends here
                 task.transcript.append(
                     TranscriptEntry(spec.action, arguments, "error", exc.message)
                 )
