@@ -447,7 +447,37 @@ def _session(
     *,
     goal: str | None,
 ) -> int:
-    """Configure the model if the run needs one, plan if asked, approve, run: one loop."""
+    """Run the session, print its result, and return the exit code."""
+    try:
+        result, secrets = run_session(args, registry, plan, base, base_dir, goal=goal)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
+        sys.stderr.write("\ninterrupted: stopped at once\n")
+        if args.json:
+            _print_json(
+                {
+                    "run_id": None,
+                    "status": "cancelled",
+                    "steps": {},
+                    "outputs": {},
+                    "errors": ["interrupted twice: stopped without finishing"],
+                }
+            )
+        return EXIT_INTERRUPTED
+    return _print_result(args, result, secrets)
+
+
+def run_session(
+    args: argparse.Namespace,
+    registry: Registry,
+    plan: Plan | None,
+    base: dict[str, Any],
+    base_dir: Path,
+    *,
+    goal: str | None,
+) -> tuple[RunResult, Any]:
+    """Configure the model if the run needs one, plan if asked, approve, run (replanning
+    after a failure if the plan allows), with the cassette if there is one: one event loop.
+    Returns the result and the run's secrets (for redacting what is printed)."""
     recipe_llm = LLMSettings.model_validate(base["llm"]) if base.get("llm") else None
     needs_model = goal is not None or (plan is not None and _needs_model(plan))
     tape = _open_tape(args)
@@ -571,19 +601,6 @@ def _session(
         sys.stderr.write(_tape_banner(tape))
     try:
         result, secrets = asyncio.run(go())
-    except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
-        sys.stderr.write("\ninterrupted: stopped at once\n")
-        if args.json:
-            _print_json(
-                {
-                    "run_id": None,
-                    "status": "cancelled",
-                    "steps": {},
-                    "outputs": {},
-                    "errors": ["interrupted twice: stopped without finishing"],
-                }
-            )
-        return EXIT_INTERRUPTED
     finally:
         if log_stream is not None:
             log_stream.close()
@@ -598,6 +615,10 @@ def _session(
             model=config.model if config is not None else None,
             inputs=inputs,
         )
+    return result, secrets
+
+
+def _print_result(args: argparse.Namespace, result: RunResult, secrets: Any) -> int:
     if args.json:
         # Outputs are the steps' raw data: redact at this sink, as at every other.
         data = result.model_dump(mode="json")

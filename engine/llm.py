@@ -147,6 +147,17 @@ class Budget:
     def tokens(self) -> int:
         return self.prompt_tokens + self.completion_tokens
 
+    def limits(self) -> str:
+        """A line for the model: the run's fixed limits (shared by all its steps)."""
+        parts = []
+        if self.max_calls is not None:
+            parts.append(f"{self.max_calls} model calls")
+        if self.max_tokens is not None:
+            parts.append(f"{self.max_tokens} tokens")
+        return "the run allows " + (
+            f"{', '.join(parts)} in all (shared by every step)" if parts else "unlimited calls"
+        )
+
     def remaining(self) -> str:
         """A line for the model: what is left of the budget."""
         parts = []

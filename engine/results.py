@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from typing import Any, Literal, get_args
 
@@ -100,6 +101,29 @@ class RunResult(BaseModel):
         None, description="--dry-run: the calls with side effects that were not made."
     )
     replay: ReplayReport | None = None
+
+    def snapshot(self) -> str:
+        """The run as stable text for golden tests: keys sorted, steps by id, approvals by
+        step; no run id, timestamps or cassette path, so equal runs give equal text."""
+        data: dict[str, Any] = {
+            "status": self.status,
+            "steps": {
+                step_id: self.steps[step_id].model_dump(mode="json", exclude_none=True)
+                for step_id in sorted(self.steps)
+            },
+            "outputs": self.outputs,
+            "usage": self.usage.model_dump(mode="json"),
+            "errors": self.errors,
+            "approvals": sorted(
+                (d.model_dump(mode="json", exclude={"at"}) for d in self.approvals),
+                key=lambda d: (d["step_id"], d["action"], d["params_hash"]),
+            ),
+        }
+        if self.dry_run is not None:
+            data["dry_run"] = sorted(self.dry_run, key=lambda c: json.dumps(c, sort_keys=True))
+        if self.replay is not None:
+            data["replay"] = {"mismatches": self.replay.mismatches, "unused": self.replay.unused}
+        return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False, default=repr) + "\n"
 
     def __repr__(self) -> str:
         # Short on purpose: asyncio formats the repr of a finished run's result on exit.

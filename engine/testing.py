@@ -38,13 +38,15 @@ from engine._fakellm import (
     ToolCall,
 )
 from engine.approval import Approver, GateRequest
-from engine.errors import StepFailed
+from engine.errors import ReplayMismatch, StepFailed, UsageError
 from engine.executor import Executor, Sleep
+from engine.recording import RecordMode
 from engine.results import Decision, RunResult
 from engine.validation import validate_plan
 
 __all__ = [
     "Call",
+    "CassetteRef",
     "ChatReply",
     "ChatRequest",
     "Fail",
@@ -58,8 +60,10 @@ __all__ = [
     "ScriptedTools",
     "Sleep",
     "ToolCall",
+    "UnusedRecordingWarning",
     "Wait",
     "instant_sleep",
+    "replay",
     "run_recipe_text",
 ]
 
@@ -239,3 +243,123 @@ def run_recipe_text(
         plan, registry=registry, base_dir=folder, inputs=inputs, approver=approver, sleep=sleep
     )
     return asyncio.run(executor.run())
+
+
+@dataclass(frozen=True)
+class CassetteRef:
+    """A cassette file and how to use it; what the `planloom_cassette` fixture gives.
+
+    Attributes:
+        path: the cassette file.
+        mode: `none` replays only; `once` records when the file is missing; `new_episodes`
+            records what the cassette lacks; `all` records the whole run again.
+        live_tools: in a replay, run read-only tools for real.
+    """
+
+    path: Path
+    mode: RecordMode = "none"
+    live_tools: bool = False
+
+
+class UnusedRecordingWarning(UserWarning):
+    """A replay left recordings unused: the workflow now does less than it did."""
+
+
+def replay(
+    cassette: str | Path | CassetteRef,
+    recipe: str | Path | None = None,
+    *,
+    inputs: Mapping[str, Any] | None = None,
+    mode: RecordMode | None = None,
+    live_tools: bool | None = None,
+    approve: bool | None = None,
+    model: str | None = None,
+    base_url: str | None = None,
+    registry: Registry | None = None,
+    strict: bool = True,
+) -> RunResult:
+    """Run a workflow against a cassette and return its result, as `planloom run --replay`.
+
+    With `recipe`, that recipe is run (so a changed prompt shows up as a mismatch); without
+    it, the cassette's own plan or goal is replayed, as `planloom replay` does. In mode
+    `none` no model is called and no side effect is made: every answer, tool result and
+    decision comes from the cassette. In a recording mode the model is reached through
+    `model` / `base_url` (or `PLANLOOM_MODEL`, `OPENAI_BASE_URL`, `OPENAI_API_KEY`), and
+    live gates are decided by `approve` (True: approve all, False: deny all, None: deny,
+    failing closed).
+
+    Unused recordings are reported in `result.replay.unused` and as an
+    `UnusedRecordingWarning`.
+
+    Raises:
+        ReplayMismatch: with `strict` (the default), when the run asked for something the
+            cassette has no recording of; the message names the step and shows the nearest
+            recording with a field-level diff. Without `strict` the run's result says so.
+        PlanValidationError: the recipe is invalid.
+        ConfigurationError: the cassette is missing (in mode `none`) or unreadable.
+    """
+    import argparse
+    import json
+    import warnings
+
+    from capabilities import default_registry
+    from engine.cli import run_session
+    from engine.recording import Cassette
+    from planners.recipe import load_recipe
+    from planners.replay import plan_from_cassette
+
+    ref = cassette if isinstance(cassette, CassetteRef) else CassetteRef(Path(cassette))
+    chosen_mode = mode or ref.mode
+    registry = registry or default_registry()
+    args = argparse.Namespace(
+        input=[
+            f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in (inputs or {}).items()
+        ],
+        yes=approve is True,
+        no=approve is False,
+        json=False,
+        verbose=False,
+        log_file=None,
+        policy=None,
+        dry_run=False,
+        output=None,
+        model=model,
+        base_url=base_url,
+        record=str(ref.path) if chosen_mode != "none" else None,
+        replay=str(ref.path) if chosen_mode == "none" else None,
+        record_mode=chosen_mode,
+        live_tools=ref.live_tools if live_tools is None else live_tools,
+    )
+    plan = None
+    goal: str | None = None
+    if recipe is not None:
+        plan, _ = load_recipe(recipe, registry)
+        base, base_dir = plan.to_data(), Path(recipe).resolve().parent
+        if not plan.steps:
+            goal, plan = plan.goal, None
+    elif ref.path.exists():
+        recorded = Cassette.load(ref.path)
+        base_dir = ref.path.resolve().parent
+        if recorded.goal is not None:
+            goal, base = recorded.goal, recorded.base or {}
+        else:
+            plan = plan_from_cassette(recorded, ref.path, registry, base_dir)
+            base = plan.to_data()
+    else:
+        raise UsageError(
+            f"cassette {ref.path} does not exist and no recipe was given to record it: pass "
+            "the recipe (and a recording mode such as 'once')"
+        )
+    result, _ = run_session(args, registry, plan, base, base_dir, goal=goal)
+    report = result.replay
+    if report is not None and report.unused:
+        warnings.warn(
+            UnusedRecordingWarning(
+                f"{len(report.unused)} recording(s) in {ref.path} were not used: "
+                + "; ".join(report.unused[:10])
+            ),
+            stacklevel=2,
+        )
+    if strict and report is not None and report.mismatches:
+        raise ReplayMismatch("\n\n".join(report.mismatches))
+    return result

@@ -55,8 +55,8 @@ class ReactAgent:
         failures: dict[str, int] = {}
         invalid = 0
         messages = self._opening(task)
-        for _ in range(task.max_iterations):
-            messages[0] = self._system(task)  # the budget line stays current
+        for turn in range(task.max_iterations):
+            messages[0] = self._system(task, turn)  # the budget line stays current
             messages = trim(messages, self.context_chars)
             tools = [spec.for_model() for spec in offered.values()]
             result = await self.client.chat(messages, tools=tools or None)
@@ -87,14 +87,20 @@ class ReactAgent:
             task, f"max_iterations ({task.max_iterations}) reached without an answer"
         )
 
-    def _system(self, task: AgentTask) -> dict[str, Any]:
+    def _system(self, task: AgentTask, turn: int = 0) -> dict[str, Any]:
         schema = ""
         if task.output_schema is not None:
             schema = (
                 "\n- Your final answer must be only a JSON value matching this schema:\n"
                 + json.dumps(task.output_schema)
             )
-        text = SYSTEM.format(schema=schema, budget=self.client.budget.remaining())
+        # The step's own turns, and the run's fixed limits: not what other steps have spent
+        # meanwhile, which depends on timing and would make a recorded run unreplayable.
+        budget = (
+            f"budget: {task.max_iterations - turn} turns left for this task; "
+            f"{self.client.budget.limits()}"
+        )
+        text = SYSTEM.format(schema=schema, budget=budget)
         return {"role": "system", "content": text}
 
     def _opening(self, task: AgentTask) -> list[dict[str, Any]]:

@@ -486,14 +486,26 @@ def test_output_schema_three_bad_answers_fail_the_step() -> None:
 # -- budget ------------------------------------------------------------------------------
 
 
-def test_the_system_prompt_holds_the_budget_left() -> None:
+def test_the_system_prompt_holds_the_turns_left_and_the_runs_limits() -> None:
     with serve("ok") as server:
         run_agent(server, task(FakeTools()), budget=Budget(max_calls=7, max_tokens=1000))
     system = server.requests[0].messages[0]["content"]
-    assert "budget left: 7 model calls, 1000 tokens" in system
+    assert "turns left for this task" in system
+    assert "the run allows 7 model calls, 1000 tokens in all (shared by every step)" in system
     with serve("ok") as server:
         run_agent(server, task(FakeTools()))
-    assert "budget left: unlimited" in server.requests[0].messages[0]["content"]
+    assert "the run allows unlimited calls" in server.requests[0].messages[0]["content"]
+
+
+def test_the_budget_line_does_not_depend_on_what_other_steps_spent() -> None:
+    """Parallel steps spend the shared budget in an order that depends on timing; the
+    prompt must not, or a recorded run could not be replayed."""
+    spent = Budget(max_calls=50)
+    spent.calls = 17
+    with serve("ok") as first, serve("ok") as second:
+        run_agent(first, task(FakeTools()), budget=Budget(max_calls=50))
+        run_agent(second, task(FakeTools()), budget=spent)
+    assert first.requests[0].messages[0] == second.requests[0].messages[0]
 
 
 def test_budget_exhaustion_mid_loop_raises_budget_exceeded() -> None:
