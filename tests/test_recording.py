@@ -53,7 +53,8 @@ steps:
     params: {path: "."}
   - id: summary
     tool: llm.complete
-    params: {prompt: "Summarise the notes about ${{ inputs.topic }}: ${{ steps.notes.output.content }}"}
+    params:
+      prompt: "Summarise the notes about ${{ inputs.topic }}: ${{ steps.notes.output.content }}"
   - id: research
     agent: {goal: "Find the risks in notes.txt", tools: [fs.read], max_iterations: 4}
   - id: audience
@@ -63,7 +64,9 @@ steps:
     tool: fs.write
     params:
       path: out/brief.md
-      content: "${{ steps.summary.output.text }} | ${{ steps.research.output }} | ${{ steps.audience.output.answer }}"
+      content: |-
+        ${{ steps.summary.output.text }} | ${{ steps.research.output }}
+        for: ${{ steps.audience.output.answer }}
       create_dirs: true
 outputs:
   summary: ${{ steps.summary.output.text }}
@@ -158,7 +161,8 @@ def test_a_replay_with_the_server_stopped_matches_the_recorded_run(project: Path
     assert replayed.returncode == 0, replayed.stderr
     result = json.loads(replayed.stdout)
     assert comparable(result) == comparable(recorded)
-    assert result["replay"]["mismatches"] == [] and result["replay"]["unused"] == []
+    assert result["replay"]["mismatches"] == []
+    assert result["replay"]["unused"] == []
     assert not (project / "data" / "out" / "brief.md").exists(), "a replay made a side effect"
     assert "nothing is live" in replayed.stderr
 
@@ -191,13 +195,15 @@ def test_recording_the_same_run_again_gives_a_byte_identical_cassette(project: P
     record(project, "second.yaml")
     first = (project / "first.yaml").read_bytes()
     assert first == (project / "second.yaml").read_bytes()
-    assert b"run_id" not in first and b"latency" not in first
+    assert b"run_id" not in first
+    assert b"latency" not in first
 
 
 def test_a_cassette_holds_every_kind_of_entry(project: Path) -> None:
     record(project)
     cassette = Cassette.load(project / "brief.cassette.yaml")
-    assert cassette.plan is not None and cassette.plan["name"] == "brief"
+    assert cassette.plan is not None
+    assert cassette.plan["name"] == "brief"
     assert cassette.model == "scripted"
     # the agent's two turns differ (the second carries the tool result): two keys, #0 each
     assert sorted((e.step, e.ordinal) for e in cassette.llm) == [
@@ -219,7 +225,8 @@ def test_a_cassette_holds_every_kind_of_entry(project: Path) -> None:
         ("audience", "Who reads this?", "team")
     ]
     text = (project / "brief.cassette.yaml").read_text(encoding="utf-8")
-    assert "authorization" not in text.lower() and "headers" not in text
+    assert "authorization" not in text.lower()
+    assert "headers" not in text
 
 
 # -- mismatches ------------------------------------------------------------------------
@@ -378,8 +385,10 @@ def test_mode_once_records_when_missing_then_replays(project: Path) -> None:
         calls = len(model.calls)
         second = planloom(*args, cwd=project)
     assert second.returncode == 0, second.stderr
-    assert calls == 3 and len(model.calls) == 3  # the second run replayed
-    assert "recording to c.yaml" in first.stderr and "replaying c.yaml" in second.stderr
+    assert calls == 3
+    assert len(model.calls) == 3
+    assert "recording to c.yaml" in first.stderr
+    assert "replaying c.yaml" in second.stderr
 
 
 def test_mode_new_episodes_records_only_what_is_missing(project: Path) -> None:
@@ -426,7 +435,8 @@ def test_live_tools_run_reads_for_real_and_still_serve_side_effects(project: Pat
         cwd=project,
     )  # fmt: skip
 
-    assert served.returncode == 0 and live.returncode == 0, live.stderr
+    assert served.returncode == 0, served.stderr
+    assert live.returncode == 0, live.stderr
     assert "new.txt" not in json.loads(served.stdout)["outputs"]["files"]
     assert "new.txt" in json.loads(live.stdout)["outputs"]["files"]
     assert not (project / "data" / "out" / "brief.md").exists()
@@ -438,9 +448,12 @@ def test_record_mode_without_a_cassette_and_dry_run_with_one_are_usage_errors(
     alone = planloom("run", "brief.yaml", "--record-mode", "once", cwd=project)
     dry = planloom("run", "brief.yaml", "--replay", "x.yaml", "--dry-run", cwd=project)
     both = planloom("run", "brief.yaml", "--replay", "x.yaml", "--record", "y.yaml", cwd=project)
-    assert alone.returncode == 2 and "need a cassette" in alone.stderr
-    assert dry.returncode == 2 and "--dry-run cannot be combined" in dry.stderr
-    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    assert alone.returncode == 2
+    assert "need a cassette" in alone.stderr
+    assert dry.returncode == 2
+    assert "--dry-run cannot be combined" in dry.stderr
+    assert both.returncode == 2
+    assert "not allowed with argument" in both.stderr
 
 
 # -- broken cassettes ------------------------------------------------------------------
@@ -513,4 +526,5 @@ def test_field_diff_names_each_differing_field() -> None:
 def test_field_diff_shows_long_texts_as_a_line_diff() -> None:
     diff = field_diff({"p": "one\ntwo\nthree"}, {"p": "one\n2\nthree"})
     assert diff[0] == "p:"
-    assert "    -two" in diff and "    +2" in diff
+    assert "    -two" in diff
+    assert "    +2" in diff
