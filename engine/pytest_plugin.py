@@ -20,6 +20,7 @@ Example:
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -76,7 +77,7 @@ def planloom_cassette(request: pytest.FixtureRequest) -> CassetteRef:
         test = re.sub(r"[^\w.-]+", "_", request.node.name).strip("_")
         path = folder / "cassettes" / module / f"{test}.yaml"
     else:
-        path = folder / str(name)
+        path = Path(os.path.normpath(folder / str(name)))
     from engine.testing import CassetteRef
 
     mode = options.get("record_mode") or request.config.getoption("planloom_record_mode")

@@ -38,7 +38,7 @@ from engine._fakellm import (
     ToolCall,
 )
 from engine.approval import Approver, GateRequest
-from engine.errors import ReplayMismatch, StepFailed, UsageError
+from engine.errors import ConfigurationError, ReplayMismatch, StepFailed, UsageError
 from engine.executor import Executor, Sleep
 from engine.recording import RecordMode
 from engine.results import Decision, RunResult
@@ -330,6 +330,12 @@ def replay(
         record_mode=chosen_mode,
         live_tools=ref.live_tools if live_tools is None else live_tools,
     )
+    if chosen_mode == "none" and not ref.path.exists():
+        raise ConfigurationError(
+            f"cassette {ref.path} does not exist; record it with pytest "
+            "--planloom-record-mode=once, @pytest.mark.planloom(record_mode='once'), or "
+            "replay(..., mode='once')"
+        )
     plan = None
     goal: str | None = None
     if recipe is not None:

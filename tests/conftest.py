@@ -10,6 +10,8 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, settings
 
+pytest_plugins = ["pytester"]
+
 settings.register_profile(
     "default",
     max_examples=60,
