@@ -528,3 +528,18 @@ def test_field_diff_shows_long_texts_as_a_line_diff() -> None:
     assert diff[0] == "p:"
     assert "    -two" in diff
     assert "    +2" in diff
+
+
+def test_snapshots_of_two_replays_are_equal_text_without_run_ids_or_times() -> None:
+    from engine.testing import replay
+
+    first = replay(ROOT / "recipes" / "main-job" / "cassette.yaml")
+    second = replay(ROOT / "recipes" / "main-job" / "cassette.yaml")
+
+    assert first.run_id != second.run_id
+    assert first.snapshot() == second.snapshot()
+    snapshot = json.loads(first.snapshot())
+    assert list(snapshot["steps"]) == sorted(snapshot["steps"])
+    assert first.run_id not in first.snapshot()
+    assert all("at" not in decision for decision in snapshot["approvals"])
+    assert snapshot["replay"] == {"mismatches": [], "unused": []}
