@@ -110,6 +110,15 @@ def print_summary(result: RunResult, stream: IO[str], *, color: bool) -> None:
             _clip(step.error, 100),
         )
     console.print(table)
+    for step_id, step in result.steps.items():
+        for entry in (step.transcript or [])[:10]:
+            arguments = neutralize(json.dumps(entry.get("arguments"), default=repr))
+            console.print(
+                Text(
+                    f"agent {step_id}: {entry.get('tool')} {_clip(arguments, 80)} → "
+                    f"{entry.get('status')}"
+                )
+            )
     for decision in result.approvals:
         verdict = "approved" if decision.approved else "denied"
         why = f": {decision.reason}" if decision.reason and not decision.approved else ""
