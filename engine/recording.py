@@ -56,6 +56,7 @@ from engine.errors import (
     StepTimeout,
 )
 from engine.llm import ChatResult, LLMError, NoJSON, ToolCallRequest
+from engine.model import Limits, LLMSettings
 from engine.results import Decision
 
 __all__ = [
@@ -248,13 +249,19 @@ class Cassette(_Entry):
                 f"(this planloom reads format {FORMAT}); record it again with --record"
             )
         try:
-            return cls.model_validate(data)
+            cassette = cls.model_validate(data)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc']))}: {e['msg']}"
-                for e in exc.errors(include_url=False)[:5]
-            )
-            raise ConfigurationError(f"cassette {path}: {problems}") from None
+            raise ConfigurationError(f"cassette {path}: {_problems(exc, ())}") from None
+        base = cassette.base or {}
+        # What the planner was given is used before any step runs: check it here.
+        for key, model in (("llm", LLMSettings), ("limits", Limits)):
+            if base.get(key) is not None:
+                try:
+                    model.model_validate(base[key])
+                except ValidationError as exc:
+                    problems = _problems(exc, ("base", key))
+                    raise ConfigurationError(f"cassette {path}: {problems}") from None
+        return cassette
 
     def dump(self) -> str:
         """The YAML text: entries in a stable order, no timestamps, multi-line text as blocks."""
@@ -304,6 +311,13 @@ class Cassette(_Entry):
             with contextlib.suppress(OSError):
                 os.unlink(temp)
             raise
+
+
+def _problems(exc: ValidationError, prefix: tuple[str, ...]) -> str:
+    return "; ".join(
+        f"{'.'.join(map(str, (*prefix, *e['loc'])))}: {e['msg']}"
+        for e in exc.errors(include_url=False)[:5]
+    )
 
 
 def _sorted_llm(entries: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -718,7 +732,19 @@ class Tape:
                     self._gate_miss(request.step_id, request.action, shown, digest),
                     request.step_id,
                 )
-        decision = await live(request)
+        try:
+            decision = await live(request)
+        except ReplayMismatch:
+            raise
+        except Exception as exc:  # fails closed, as the gatekeeper would: record that
+            decision = Decision(
+                step_id=request.step_id,
+                action=request.action,
+                params_hash=request.params_hash,
+                approved=False,
+                by="error",
+                reason=f"approver failed: {type(exc).__name__}: {exc}",
+            )
         if self.recording:
             self.cassette.approvals.append(
                 Approval(
@@ -758,6 +784,7 @@ class Tape:
     ) -> Any:
         asked = self.redact(question.model_dump(mode="json", exclude_unset=True))
         key = _digest(asked)
+        step_id = current_scope() or step_id  # a for_each item's questions are its own
         ordinal = self._next("answer", step_id, key)
         if self.replaying:
             entry = self._take(self._answers, (step_id, key, ordinal))

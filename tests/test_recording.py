@@ -466,6 +466,10 @@ def test_record_mode_without_a_cassette_and_dry_run_with_one_are_usage_errors(
         ("version: 1\nsteps: []\n", "not a planloom cassette"),
         ("planloom_cassette: 9\n", "format 9 is not supported"),
         ("planloom_cassette: 1\nllm: [{step: x}]\n", "llm.0.key: Field required"),
+        (
+            "planloom_cassette: 1\ngoal: hi\nbase: {llm: {model: 5}}\n",
+            "base.llm.model: Input should be a valid string",
+        ),
     ],
 )
 def test_a_broken_cassette_says_what_is_wrong(project: Path, text: str, message: str) -> None:
@@ -544,3 +548,29 @@ def test_snapshots_of_two_replays_are_equal_text_without_run_ids_or_times() -> N
     assert first.run_id not in first.snapshot()
     assert all("at" not in decision for decision in snapshot["approvals"])
     assert snapshot["replay"] == {"mismatches": [], "unused": []}
+
+
+def test_for_each_items_have_their_own_answers_and_tool_results(tmp_path: Path) -> None:
+    (tmp_path / "ask.yaml").write_text(
+        """\
+version: 1
+name: ask
+capabilities: {human: {}, fs: {root: ., read: true}}
+steps:
+  - id: ask
+    for_each: [1, 2]
+    tool: human.ask
+    params: {question: "Continue?", type: boolean, default: true}
+  - id: read
+    for_each: ["ask.yaml", "ask.yaml"]
+    tool: fs.read
+    params: {path: "${{ item }}"}
+""",
+        encoding="utf-8",
+    )
+    done = planloom("run", "ask.yaml", "--record", "c.yaml", "--yes", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    cassette = Cassette.load(tmp_path / "c.yaml")
+    assert [(a.step, a.ordinal) for a in cassette.answers] == [("ask[0]", 0), ("ask[1]", 0)]
+    assert [(t.step, t.ordinal) for t in cassette.tools] == [("read[0]", 0), ("read[1]", 0)]
+    assert planloom("run", "ask.yaml", "--replay", "c.yaml", cwd=tmp_path).returncode == 0
