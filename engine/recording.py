@@ -432,10 +432,10 @@ _ERROR_TYPES: dict[str, type[StepError]] = {
 }
 
 
-def _recorded_error(exc: StepError) -> RecordedError:
+def _recorded_error(exc: StepError, redact: Callable[[str], str]) -> RecordedError:
     return RecordedError(
         type=type(exc).__name__ if type(exc).__name__ in _ERROR_TYPES else "StepFailed",
-        message=exc.message,
+        message=redact(exc.message),
         rule=getattr(exc, "rule", None),
         limit=getattr(exc, "limit", None),
     )
@@ -573,9 +573,7 @@ class Tape:
                     key=key,
                     ordinal=ordinal,
                     request=canonical,
-                    error=_recorded_error(exc).model_copy(
-                        update={"message": self.secrets.redact(exc.message)}
-                    ),
+                    error=_recorded_error(exc, self.secrets.redact),
                 )
             )
             raise
@@ -648,36 +646,24 @@ class Tape:
                 )
             if entry is not None:  # --live-tools: run it, the recording stands
                 return await run()
+        entry = ToolResult(
+            step=scope,
+            attempt=attempt,
+            action=action,
+            params_hash=digest,
+            ordinal=ordinal,
+            params=shown,
+        )
         try:
             output = await run()
         except StepError as exc:
             if self.recording and not isinstance(exc, ReplayMismatch):
-                self.cassette.tools.append(
-                    ToolResult(
-                        step=scope,
-                        attempt=attempt,
-                        action=action,
-                        params_hash=digest,
-                        ordinal=ordinal,
-                        params=shown,
-                        error=_recorded_error(exc).model_copy(
-                            update={"message": self.secrets.redact(exc.message)}
-                        ),
-                    )
-                )
+                entry.error = _recorded_error(exc, self.secrets.redact)
+                self.cassette.tools.append(entry)
             raise
         if self.recording:
-            self.cassette.tools.append(
-                ToolResult(
-                    step=scope,
-                    attempt=attempt,
-                    action=action,
-                    params_hash=digest,
-                    ordinal=ordinal,
-                    params=shown,
-                    output=self.redact(output),
-                )
-            )
+            entry.output = self.redact(output)
+            self.cassette.tools.append(entry)
         return output
 
     def _tool_miss(

@@ -1,4 +1,6 @@
-"""Looking for processes in /proc, for tests that assert nothing is left running.
+"""Helpers for tests that run processes: the `planloom` console script in a subprocess
+with a clean environment, and looking for processes in /proc, for tests that assert
+nothing is left running.
 
 Zombies count as gone: PID 1 on test machines may not reap orphans.
 """
@@ -6,10 +8,15 @@ Zombies count as gone: PID 1 on test machines may not reap orphans.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+
+PLANLOOM = str(Path(sys.executable).parent / "planloom")
+TIMEOUT = 60  # seconds; generous for a loaded machine, a hang still fails the test
 
 
 def alive(pid: int) -> bool:
@@ -50,3 +57,30 @@ def gone(check: Callable[[], object], within: float = 3.0) -> bool:
 def marker_seconds(whole: int) -> str:
     """A sleep duration that doubles as a unique marker on the command line."""
     return f"{whole}.{uuid.uuid4().int % 10**8:08d}"
+
+
+def env(**extra: str) -> dict[str, str]:
+    """This environment without model settings (and CI/path noise), plus `extra`."""
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in {"CI", "PYTHONPATH", "COLUMNS", "LINES"}
+        and not k.startswith(("OPENAI_", "PLANLOOM_"))
+    }
+    clean.update(extra)
+    return clean
+
+
+def planloom(
+    *args: str | Path, cwd: Path, environ: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PLANLOOM, *map(str, args)],
+        cwd=cwd,
+        env=environ if environ is not None else env(),
+        stdin=subprocess.DEVNULL,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )

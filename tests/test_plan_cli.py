@@ -9,19 +9,16 @@ before any step runs, 429 retried with backoff.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import env, planloom
 
 from engine.testing import ChatReply, FakeOpenAIServer, Fault, ScriptedModel, ToolCall
 
-PLANLOOM = str(Path(sys.executable).parent / "planloom")
-TIMEOUT = 60  # seconds; generous for a loaded machine, a hang still fails the test
 GOAL = "Summarise a.txt and b.txt into out/summary.txt"
 
 CAPABILITIES = """\
@@ -51,33 +48,6 @@ READ_PLAN: dict[str, Any] = {
     "goal": "Read a.txt",
     "steps": [{"id": "read_a", "tool": "fs.read", "params": {"path": "a.txt"}}],
 }
-
-
-def env(**extra: str) -> dict[str, str]:
-    """This environment without model settings (and CI/path noise), plus `extra`."""
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"CI", "PYTHONPATH", "COLUMNS", "LINES"}
-        and not k.startswith(("OPENAI_", "PLANLOOM_"))
-    }
-    clean.update(extra)
-    return clean
-
-
-def planloom(
-    *args: str | Path, cwd: Path, environ: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PLANLOOM, *map(str, args)],
-        cwd=cwd,
-        env=environ if environ is not None else env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
 
 
 def one_json(stdout: str) -> dict[str, Any]:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -25,13 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import TIMEOUT, env, planloom
 from ruamel.yaml import YAML
 
 from engine.recording import Cassette, field_diff
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ScriptedModel, ToolCall
 
-PLANLOOM = str(Path(sys.executable).parent / "planloom")
-TIMEOUT = 60
 ROOT = Path(__file__).resolve().parent.parent
 
 RECIPE = """\
@@ -83,32 +81,6 @@ def scripted(request: ChatRequest) -> ChatReply | str:
             return ChatReply(tool_calls=[ToolCall("fs__read", {"path": "notes.txt"}, id="c1")])
         return f"risk: {results[-1][1].count('late')} late deliveries"
     return f"{len(request.last_user_text().split())} words summarised"
-
-
-def env(**extra: str) -> dict[str, str]:
-    clean = {
-        k: v
-        for k, v in os.environ.items()
-        if k not in {"CI", "PYTHONPATH", "COLUMNS", "LINES"}
-        and not k.startswith(("OPENAI_", "PLANLOOM_"))
-    }
-    clean.update(extra)
-    return clean
-
-
-def planloom(
-    *args: str | Path, cwd: Path, environ: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [PLANLOOM, *map(str, args)],
-        cwd=cwd,
-        env=environ if environ is not None else env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
 
 
 @pytest.fixture
