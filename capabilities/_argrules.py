@@ -1,79 +1,47 @@
 """Per-program argument rules for `shell.run`: refuse known ways to run other programs.
 
 An allow-list of programs is not enough: `find -exec`, `sed e`, `tar --checkpoint-action`,
-`git -c alias.x=!cmd`, `awk 'BEGIN{system("id")}'`, wrappers such as `env` or `xargs` and
-interpreters such as `sh -c` all turn one allowed program into any program (ATTACKS B2-B6).
-Output flags (`sort -o`, `curl -o`, `tee`, `dd of=`) are held to the granted folder (B5, B7).
+`git -c alias.x=!cmd`, `awk 'BEGIN{system("id")}'`, `sqlite3 .shell`, wrappers such as `env`,
+`xargs` or `setarch` and interpreters such as `sh -c` all turn one allowed program into any
+program (ATTACKS B2-B6). Output flags (`sort -o`, `curl -o`, `tee`, `dd of=`) are held to
+the granted folder (B5), and arguments that come from templates are never read as options
+(B7, `protect_data_arguments`).
 
-Rules are keyed by the basename of the program's *real* path, so a symlink or a copy under
-another name meets the rules of what it really is. Parsing is conservative: when an
-argument cannot be understood, it is refused. A grant lifts every rule for a program by
+Which rule applies to which program is data: the table in `_programs`, keyed by the
+basename of the program's *real* path, so a symlink or a copy under another name meets the
+rules of what it really is. This module applies the table (git's config-driven programs are
+reset by `_gitconfig`). Parsing is conservative: when an argument cannot be understood, it
+is refused. A grant lifts every rule for a program by
 naming it in both `allow` and `unsafe_args`; Landlock and the namespaces still apply.
 
-Rule ids: `shell.argument` (an exec-escape, wrapper, interpreter or unreadable script) and
-`shell.output-path` (a file the program would write lies outside the granted folder).
+Rule ids: `shell.argument` (an exec-escape, wrapper, interpreter or unreadable script),
+`shell.output-path` (a file the program would write lies outside the granted folder) and
+`shell.option-from-data` (a templated argument would be read as an option).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
+from typing import Literal
 
+from capabilities._programs import Options, Program, lookup
 from engine.errors import CapabilityDenied
 
-__all__ = ["ArgContext", "check_arguments", "git_env", "rule_family"]
+__all__ = [
+    "ArgContext",
+    "check_arguments",
+    "final_arguments",
+    "protect_data_arguments",
+    "rule_family",
+]
 
 _INFO_ONLY = frozenset({"--version", "--help", "-V", "-h", "-?"})
-
-# Programs that run another program named in their arguments.
-_WRAPPERS = re.compile(
-    r"(xargs|timeout|nice|nohup|setsid|stdbuf|chroot|sudo|su|doas|runuser|pkexec|unshare|"
-    r"nsenter|ionice|taskset|chrt|flock|watch|script|strace|ltrace|gdb|valgrind|time|parallel|"
-    r"setpriv|capsh|prlimit|firejail|bwrap|systemd-run|start-stop-daemon|expect|socat|nc|"
-    r"ncat|netcat|ssh|scp|sftp|rsh|telnet|ftp|busybox|toybox|sg|newgrp|chpst|dbus-launch|"
-    r"xvfb-run|catchsegv|eatmydata|fakeroot|proot|faketime|torsocks|proxychains\d*|entr|"
-    r"ld-linux.*|ld\.so|ld-.*\.so.*|coreutils)"
-)
-# Programs whose arguments are code (or name a script).
-_INTERPRETERS = re.compile(
-    r"(sh|bash|dash|zsh|ksh|ksh93|mksh|ash|csh|tcsh|fish|yash|rbash|"
-    r"python[\d.]*|pypy[\d.]*|perl[\d.]*|ruby[\d.]*|irb|node|nodejs|deno|bun|php[\d.]*|"
-    r"lua[\d.]*|luajit|tclsh[\d.]*|wish[\d.]*|Rscript|R|julia|pwsh|guile[\d.]*|java|jshell|"
-    r"jrunscript|scala|groovy|osascript)"
-)
-# Programs that run code whatever their arguments (editors and pagers with shell escapes,
-# build tools and package managers that run recipe or package scripts).
-_ALWAYS_UNSAFE = re.compile(
-    r"(vi|vim|nvim|rvim|gvim|view|ex|emacs|nano|pico|ed|red|less|more|most|man|pg|joe|mc|"
-    r"make|gmake|bmake|ninja|npm|npx|yarn|pnpm|pip[\d.]*|cargo|go|rake|bundle|gradle|mvn|ant)"
-)
-_AWKS = re.compile(r"(awk|gawk|mawk|nawk|original-awk|busybox-awk)")
-# Programs whose every path operand is written (or removed): all must be in the folder.
-_WRITES_ALL_OPERANDS = frozenset(
-    {
-        "rm",
-        "rmdir",
-        "mv",
-        "touch",
-        "mkdir",
-        "chmod",
-        "chown",
-        "chgrp",
-        "truncate",
-        "shred",
-        "unlink",
-        "mkfifo",
-        "mknod",
-        "ln",
-        "tee",
-        "chattr",
-        "setfacl",
-    }
-)
-# Programs that write to their last operand (or `-t DIR`).
-_WRITES_LAST_OPERAND = frozenset({"cp", "install"})
+_MULTI_CALL_INFO = frozenset({*_INFO_ONLY, "--list", "--list-full"})
+_SHOWN = 200  # characters of an argument quoted in a message
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,22 +53,26 @@ class ArgContext:
         root: the granted folder (a real path).
         workdir: the folder the program runs in (a real path inside `root`).
         step_id: the calling step, for errors.
+        applet: the applet a multi-call binary (`busybox`) is asked to run, if any.
     """
 
     program: str
     root: str
     workdir: str
     step_id: str | None = None
+    applet: str | None = None
 
     @property
     def name(self) -> str:
-        return os.path.basename(self.program)
+        """The name the rules judge: the applet, else the real path's basename."""
+        return self.applet or os.path.basename(self.program)
 
     def deny(self, arg: str, why: str) -> CapabilityDenied:
+        grant = os.path.basename(self.program)
         return CapabilityDenied(
-            f"{self.name} ({self.program}): argument {arg!r} {why}; if this recipe really "
-            f"needs it, grant it with `capabilities: shell: {{allow: [{self.name}], "
-            f"unsafe_args: [{self.name}]}}`",
+            f"{self.name} ({self.program}): argument {_show(arg)} {why}; if this recipe "
+            f"really needs it, grant it with `capabilities: shell: {{allow: [{grant}], "
+            f"unsafe_args: [{grant}]}}`",
             rule="shell.argument",
             step_id=self.step_id,
         )
@@ -112,75 +84,232 @@ class ArgContext:
         real = os.path.realpath(os.path.join(self.workdir, path))
         if os.path.commonpath([self.root, real]) != self.root:
             raise CapabilityDenied(
-                f"{self.name} ({self.program}): argument {arg!r} writes to {real}, outside "
-                f"the granted folder {self.root}; write to a path inside it",
+                f"{self.name} ({self.program}): argument {_show(arg)} writes to {real}, "
+                f"outside the granted folder {self.root}; write to a path inside it",
                 rule="shell.output-path",
                 step_id=self.step_id,
             )
 
 
+def _show(arg: str) -> str:
+    """An argument quoted for a message: escaped (repr) and cut to a readable length."""
+    if len(arg) > _SHOWN:
+        return repr(arg[:_SHOWN]) + f"... ({len(arg)} characters)"
+    return repr(arg)
+
+
 def rule_family(name: str) -> str | None:
-    """Which rule family applies to a program basename (for messages and `planloom tools`)."""
-    for family, pattern in (
-        ("wrapper", _WRAPPERS),
-        ("interpreter", _INTERPRETERS),
-        ("always-unsafe", _ALWAYS_UNSAFE),
-        ("awk", _AWKS),
-    ):
-        if pattern.fullmatch(name):
-            return family
-    if name in _RULES:
-        return name
-    if name in _WRITES_ALL_OPERANDS or name in _WRITES_LAST_OPERAND:
-        return "writes-paths"
-    return None
+    """The kind of rule the table gives a program basename (None when it is not listed)."""
+    entry = lookup(name)
+    return entry.rule if entry is not None else None
 
 
 def check_arguments(args: Sequence[str], ctx: ArgContext) -> None:
     """Raise `CapabilityDenied` if `args` (argv without argv[0]) could escape the grant."""
-    name = ctx.name
-    if name == "env":
-        _env(args, ctx)
-    elif _ALWAYS_UNSAFE.fullmatch(name):
-        raise ctx.deny(" ".join(args) or name, "may run other programs whatever it is given")
-    elif _WRAPPERS.fullmatch(name) or _INTERPRETERS.fullmatch(name):
+    entry = lookup(ctx.name)
+    if entry is None:
+        return
+    if entry.rule == "runs-code":
+        raise ctx.deny(" ".join(args) or ctx.name, f"cannot be checked: {ctx.name} {entry.why}")
+    if entry.rule in ("wrapper", "interpreter"):
         for arg in args:
             if arg not in _INFO_ONLY:
-                what = "runs another program" if _WRAPPERS.fullmatch(name) else "runs code"
-                raise ctx.deny(arg, f"{what} ({name} is a wrapper or interpreter)")
-    elif _AWKS.fullmatch(name):
-        _awk(args, ctx)
-    elif name in _RULES:
-        _RULES[name](args, ctx)
-    elif name in _WRITES_ALL_OPERANDS:
-        for value, arg in _path_operands(args):
-            ctx.jail(value, arg)
-    elif name in _WRITES_LAST_OPERAND:
-        _writes_last(args, ctx)
+                raise ctx.deny(arg, f"is refused: {ctx.name} {entry.why} ({entry.rule})")
+        return
+    for arg in args:
+        for pattern, why in entry.deny:
+            if re.search(pattern, arg):
+                raise ctx.deny(arg, why)
+    options = entry.options
+    if options is not None and (
+        options.jail_short or options.jail_long or options.deny_short or options.deny_long
+    ):
+        _scan_options(args, ctx, options)
+    _PARSERS.get(entry.rule, _nothing)(args, ctx, entry)
 
 
-def git_env() -> dict[str, str]:
-    """Config that keeps a repository's own settings from running programs.
+def final_arguments(args: Sequence[str], ctx: ArgContext) -> list[str]:
+    """The arguments to run with, once checked: the table's `prepend` first, and for git
+    the flags that switch off the repository's external diff drivers and textconv."""
+    entry = lookup(ctx.name)
+    if entry is None:
+        return list(args)
+    if entry.rule == "git":
+        args = _git_arguments(args)
+    return [*entry.prepend, *args]
 
-    Passed as `GIT_CONFIG_COUNT`/`KEY_n`/`VALUE_n`, which override the repository's config.
+
+# --- arguments from templates (ATTACKS B7) ---------------------------------------------------
+
+_Slot = Literal["operand", "value", "unknown"]
+
+
+def protect_data_arguments(
+    argv: Sequence[str], data: Collection[int], ctx: ArgContext
+) -> list[str]:
+    """`argv` with `--` inserted so that templated arguments are never read as options.
+
+    `data` holds the argv indexes whose text came from a template (file names, model
+    output). For a program that accepts `--` (the `_programs` table), `--` goes just before
+    the first templated argument that is not an option's value, unless a literal option
+    comes after that point or a `--` already precedes it. A templated argument that starts
+    with `-` and is still not protected (no `--` before it, not the value of an option the
+    table knows takes one) is refused.
+
+    Raises:
+        CapabilityDenied: rule `shell.option-from-data`, naming the argument and the fix.
     """
-    settings = {
-        "core.hooksPath": "/dev/null",
-        "core.fsmonitor": "false",
-        "core.pager": "cat",
-        "core.sshCommand": "false",
-        "protocol.ext.allow": "never",
-        "credential.helper": "",
-        "diff.external": "",
+    out = list(argv)
+    data = {index for index in data if 0 < index < len(out)}
+    if not data:
+        return out
+    entry = lookup(ctx.name)
+    options = entry.options if entry is not None else None
+    accepts = entry is not None and entry.end_of_options
+
+    def slot(index: int) -> _Slot:
+        return _slot(out, index, data, options)
+
+    marker = next(
+        (
+            i
+            for i in range(1, len(out))
+            if out[i] == "--" and i not in data and slot(i) == "operand"
+        ),
+        None,
+    )
+    open_data = sorted(i for i in data if marker is None or i < marker)
+    first = next((i for i in open_data if slot(i) != "value"), None)
+    follows = None
+    if first is not None:
+        follows = next(
+            (j for j in range(first + 1, len(out)) if j not in data and _is_option(out[j])),
+            None,
+        )
+    if accepts and first is not None and slot(first) == "operand" and follows is None:
+        out.insert(first, "--")
+        return out
+    for index in open_data:
+        if _is_option(out[index]) and slot(index) != "value":
+            raise _from_data(out, index, ctx, accepts, slot(index), follows)
+    return out
+
+
+def _is_option(arg: str) -> bool:
+    return arg.startswith("-") and arg != "-"
+
+
+def _slot(argv: Sequence[str], index: int, data: Collection[int], options: Options | None) -> _Slot:
+    """Whether `argv[index]` is an operand, the value of the option before it, or unknown."""
+    before = index - 1
+    if before == 0 or before in data:
+        return "operand"
+    previous = argv[before]
+    if previous == "--" or not _is_option(previous):
+        return "operand"
+    if options is None:
+        return "unknown"
+    if previous.startswith("--"):
+        name, eq, _ = previous[2:].partition("=")
+        if eq:
+            return "operand"
+        if options.long_takes_value(name):
+            return "value"
+        # getopt accepts unique abbreviations: one of a value option is not known for sure.
+        if any(o.startswith(name) for o in (*options.value_long, *options.jail_long)):
+            return "unknown"
+        return "operand"
+    for position, letter in enumerate(previous[1:], start=2):
+        if options.short_takes_value(letter):
+            return "value" if position == len(previous) else "operand"
+    return "operand"
+
+
+def _from_data(
+    argv: Sequence[str],
+    index: int,
+    ctx: ArgContext,
+    accepts: bool,
+    slot: _Slot,
+    follows: int | None,
+) -> CapabilityDenied:
+    name = ctx.name
+    if not accepts:
+        why = f"{name} is not known to accept `--`, so nothing can mark it as a file name"
+    elif slot == "unknown":
+        why = (
+            f"it follows {_show(argv[index - 1])}, and whether that option takes a value is "
+            "not known, so `--` cannot be inserted there"
+        )
+    else:
+        why = (
+            f"the recipe's own option {_show(argv[follows or 0])} (argv[{follows}]) comes "
+            "after it, so `--` cannot be inserted before it"
+        )
+    fix = 'prefix the template with `./` (e.g. "./${{ item }}") so it reads as a path'
+    if follows is not None:
+        fix = f"put the recipe's own options before the templated arguments, or {fix}"
+    return CapabilityDenied(
+        f"{name} ({ctx.program}): argv[{index}] {_show(argv[index])} comes from a template "
+        f"and starts with '-', so {name} would read it as an option; {why}. To fix: {fix}",
+        rule="shell.option-from-data",
+        step_id=ctx.step_id,
+    )
+
+
+# --- git ---------------------------------------------------------------------------------------
+
+# Subcommands that print diffs: external diff drivers (`diff.external`,
+# `diff.<driver>.command`) and textconv filters from the repository's config are switched
+# off by flags, since no config value can unset them (`_gitconfig` resets the rest).
+_GIT_DIFFING = frozenset(
+    {
+        "diff",
+        "log",
+        "show",
+        "whatchanged",
+        "format-patch",
+        "diff-files",
+        "diff-index",
+        "diff-tree",
     }
-    env = {"GIT_CONFIG_COUNT": str(len(settings)), "GIT_TERMINAL_PROMPT": "0"}
-    for index, (key, value) in enumerate(settings.items()):
-        env[f"GIT_CONFIG_KEY_{index}"] = key
-        env[f"GIT_CONFIG_VALUE_{index}"] = value
-    return env
+)
+_GIT_LOG_LIKE = {"stash": ("show", "list"), "reflog": ("show",)}
+_GIT_NO_TEXTCONV = frozenset({"blame", "annotate"})
+
+
+def _git_arguments(args: Sequence[str]) -> list[str]:
+    """`git` arguments with `--no-ext-diff --no-textconv` after a diff-printing subcommand."""
+    out = list(args)
+    index = _git_subcommand_index(out)
+    if index is None:
+        return out
+    sub = out[index]
+    after = out[index + 1] if index + 1 < len(out) else None
+    if sub in _GIT_LOG_LIKE:  # `stash show|list`, `reflog [show]` take log's diff options
+        if after in _GIT_LOG_LIKE[sub]:
+            out[index + 2 : index + 2] = ["--no-ext-diff", "--no-textconv"]
+        elif sub == "reflog" and (after is None or after.startswith("-")):
+            out[index + 1 : index + 1] = ["--no-ext-diff", "--no-textconv"]
+    elif sub in _GIT_DIFFING:
+        out[index + 1 : index + 1] = ["--no-ext-diff", "--no-textconv"]
+    elif sub in _GIT_NO_TEXTCONV:
+        out[index + 1 : index + 1] = ["--no-textconv"]
+    return out
+
+
+def _git_subcommand_index(args: Sequence[str]) -> int | None:
+    index = 0
+    while index < len(args) and args[index].startswith("-"):
+        index += 2 if args[index] in ("-C", "-c") else 1
+    return index if index < len(args) else None
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _nothing(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
+    """Programs whose table entry is all the rule there is."""
 
 
 def _path_operands(args: Sequence[str]) -> list[tuple[str, str]]:
@@ -203,63 +332,63 @@ def _path_operands(args: Sequence[str]) -> list[tuple[str, str]]:
     return found
 
 
-def _writes_last(args: Sequence[str], ctx: ArgContext) -> None:
+def _writes_operands(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
+    for value, arg in _path_operands(args):
+        ctx.jail(value, arg)
+
+
+def _writes_last(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
     operands = _path_operands(args)
     targeted = [pair for pair in operands if pair[1].startswith(("-t", "--target-directory"))]
     for value, arg in targeted or operands[-1:]:
         ctx.jail(value, arg)
 
 
-def _scan_options(
-    args: Sequence[str],
-    ctx: ArgContext,
-    *,
-    jail_short: str = "",
-    jail_long: Sequence[str] = (),
-    deny_short: str = "",
-    deny_long: Sequence[str] = (),
-    value_short: str = "",
-    stop_at_ddash: bool = True,
-) -> None:
+def _long_matches(name: str, names: Sequence[str]) -> bool:
+    """`--name` is one of `names`, or an abbreviation of one (getopt accepts those)."""
+    return bool(name) and any(n.startswith(name) for n in names)
+
+
+def _scan_options(args: Sequence[str], ctx: ArgContext, options: Options) -> None:
     """Check getopt-style options: jail the values of output options, refuse denied ones.
 
-    A value after a short option in `value_short` ends that cluster; the next argument is
+    A value after a short option that takes one ends that cluster; the next argument is
     still scanned (a false refusal is better than a missed option).
     """
     index = 0
     while index < len(args):
         arg = args[index]
         index += 1
-        if arg == "--" and stop_at_ddash:
+        if arg == "--" and options.stop_at_ddash:
             return
         if arg.startswith("--"):
-            name, eq, value = arg.partition("=")
-            if any(name == d or (len(name) > 3 and d.startswith(name)) for d in deny_long):
+            name, eq, value = arg[2:].partition("=")
+            if _long_matches(name, options.deny_long):
                 raise ctx.deny(arg, "runs another program or reads options from a file")
-            if any(name == j or (len(name) > 3 and j.startswith(name)) for j in jail_long):
+            if _long_matches(name, options.jail_long):
                 if not eq:
                     value = args[index] if index < len(args) else ""
                     index += 1
                 ctx.jail(value, arg)
         elif arg.startswith("-") and len(arg) > 1:
             for pos, letter in enumerate(arg[1:], start=2):
-                if letter in deny_short:
+                if letter in options.deny_short:
                     raise ctx.deny(arg, f"(option -{letter}) runs another program")
-                if letter in jail_short:
+                if letter in options.jail_short:
                     value = arg[pos:]
                     if not value:
                         value = args[index] if index < len(args) else ""
                         index += 1
                     ctx.jail(value, arg)
                     break
-                if letter in value_short:
+                if letter in options.value_short:
                     break
 
 
 # --- program rules -------------------------------------------------------------------------
 
 
-def _env(args: Sequence[str], ctx: ArgContext) -> None:
+def _env(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
     """`env` alone prints the environment; with a command it is a wrapper."""
     harmless = {"-0", "--null", "-i", "--ignore-environment", "-", *_INFO_ONLY}
     it = iter(args)
@@ -274,93 +403,76 @@ def _env(args: Sequence[str], ctx: ArgContext) -> None:
         raise ctx.deny(arg, "runs another program (env is a wrapper)")
 
 
-_FIND_DENIED = frozenset(
-    {"-exec", "-execdir", "-ok", "-okdir", "-delete", "-fprint", "-fprint0", "-fprintf", "-fls"}
-)
+def _multi_call(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
+    """`busybox APPLET ARGS`: the applet's own table entry judges its arguments."""
+    if not args:
+        return
+    first = args[0]
+    if first.startswith("-"):
+        if first in _MULTI_CALL_INFO and len(args) == 1:
+            return
+        raise ctx.deny(first, f"is a {ctx.name} option (only --help and --list are allowed)")
+    applet = os.path.basename(first)
+    known = lookup(applet)
+    if known is None or known.rule == "multi-call":
+        raise ctx.deny(first, f"names an applet these rules do not know ({entry.why})")
+    check_arguments(args[1:], dataclasses.replace(ctx, applet=applet))
 
 
-def _find(args: Sequence[str], ctx: ArgContext) -> None:
-    for arg in args:
-        if arg in _FIND_DENIED:
-            raise ctx.deny(arg, "runs a program, deletes or writes files")
-
-
-def _sort(args: Sequence[str], ctx: ArgContext) -> None:
-    _scan_options(
-        args,
-        ctx,
-        jail_short="oT",
-        jail_long=("--output", "--temporary-directory"),
-        deny_long=("--compress-program",),
-        value_short="kStz",
-    )
-
-
-def _curl(args: Sequence[str], ctx: ArgContext) -> None:
-    _scan_options(
-        args,
-        ctx,
-        jail_short="oDc",
-        jail_long=(
-            "--output",
-            "--output-dir",
-            "--dump-header",
-            "--cookie-jar",
-            "--trace",
-            "--trace-ascii",
-            "--stderr",
-            "--libcurl",
-            "--etag-save",
-            "--hsts",
-            "--alt-svc",
-        ),
-        deny_short="K",
-        deny_long=("--config",),
-        stop_at_ddash=False,
-    )
-
-
-def _wget(args: Sequence[str], ctx: ArgContext) -> None:
-    _scan_options(
-        args,
-        ctx,
-        jail_short="OoaP",
-        jail_long=(
-            "--output-document",
-            "--output-file",
-            "--append-output",
-            "--directory-prefix",
-            "--save-cookies",
-            "--warc-file",
-            "--save-headers",
-        ),
-        deny_short="e",
-        deny_long=("--execute", "--config", "--use-askpass"),
-    )
-
-
-def _dd(args: Sequence[str], ctx: ArgContext) -> None:
+def _dd(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
     for arg in args:
         if arg.startswith("of="):
             ctx.jail(arg[3:], arg)
 
 
-def _tar(args: Sequence[str], ctx: ArgContext) -> None:
-    denied = (
-        "--checkpoint-action",
-        "--to-command",
-        "--use-compress-program",
-        "--info-script",
-        "--new-volume-script",
-        "--rsh-command",
-        "--rmt-command",
-        "--index-file",
-    )
+def _split(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
+    """`split [OPTION]... [INPUT [PREFIX]]`: the output files start with PREFIX."""
+    operands = _operands(args, entry.options)
+    if len(operands) >= 2:
+        ctx.jail(operands[1], operands[1])
+
+
+def _operands(args: Sequence[str], options: Options | None) -> list[str]:
+    """The operands of a getopt command line (option values skipped, `--` honoured)."""
+    found: list[str] = []
+    index = 0
+    while index < len(args):
+        arg = args[index]
+        index += 1
+        if arg == "--":
+            found.extend(args[index:])
+            break
+        if not arg.startswith("-") or arg == "-":
+            found.append(arg)
+        elif options is not None and arg.startswith("--"):
+            if "=" not in arg and options.long_takes_value(arg[2:]):
+                index += 1
+        elif options is not None:
+            for pos, letter in enumerate(arg[1:], start=2):
+                if options.short_takes_value(letter):
+                    index += pos == len(arg)
+                    break
+    return found
+
+
+_TAR_DENIED = (
+    "--checkpoint-action",
+    "--to-command",
+    "--use-compress-program",
+    "--info-script",
+    "--new-volume-script",
+    "--rsh-command",
+    "--rmt-command",
+    "--index-file",
+)
+
+
+def _tar(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
     force_local = "--force-local" in args
     for index, arg in enumerate(args):
         if arg.startswith("--"):
             name, _, value = arg.partition("=")
-            if any(d.startswith(name) and len(name) > 4 for d in denied):
+            if any(d.startswith(name) and len(name) > 4 for d in _TAR_DENIED):
                 raise ctx.deny(arg, "runs another program")
             if name in ("--file", "--directory") or (name.startswith("--fil") and "=" in arg):
                 _tar_path(name, value, arg, ctx, force_local)
@@ -381,6 +493,28 @@ def _tar_path(name: str, value: str, arg: str, ctx: ArgContext, force_local: boo
     elif ":" in value.split("/", 1)[0] and not force_local:
         raise ctx.deny(f"{arg} {value}", "names a remote archive, which tar opens with rsh")
 
+
+# --- SQL shells ------------------------------------------------------------------------------
+
+# A dot-command: `.name` at the start of an argument or of a line in it. The shell also runs
+# abbreviations (`.sh` is `.shell`), so only whole names from the allowed list pass.
+_DOT_COMMAND = re.compile(r"(?:^|[\n;])[ \t]*\.([A-Za-z_0-9]*)")
+
+
+def _sqlite(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
+    """sqlite3 runs its arguments as SQL and dot-commands: only listed dot-commands pass."""
+    for arg in args:
+        for match in _DOT_COMMAND.finditer(arg):
+            if match.group(1) not in entry.dot_commands:
+                raise ctx.deny(
+                    arg,
+                    f"uses the dot-command .{match.group(1)}, which is not one of the "
+                    "read-only ones allowed (.shell, .system, .import, .output, .once, .load "
+                    "and .read can run programs or code)",
+                )
+
+
+# --- git rules -------------------------------------------------------------------------------
 
 _GIT_GLOBAL_FLAGS = frozenset(
     {
@@ -496,6 +630,8 @@ _GIT_DENIED_TEXT = (
     "--open-files-in-pager",
     "--ext-diff",
     "--extcmd",
+    "--textconv",
+    "--filters",
 )
 _GIT_CONFIG_READ = frozenset(
     {
@@ -526,7 +662,7 @@ _GIT_CONFIG_READ = frozenset(
 )
 
 
-def _git(args: Sequence[str], ctx: ArgContext) -> None:
+def _git(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
     for arg in args:
         lowered = arg.lower()
         for text in _GIT_DENIED_TEXT:
@@ -552,6 +688,8 @@ def _git(args: Sequence[str], ctx: ArgContext) -> None:
         raise ctx.deny(sub, "is not a built-in git command (aliases and helpers may run programs)")
     if sub in ("clone", "fetch", "pull", "ls-remote", "archive") and "-u" in rest:
         raise ctx.deny("-u", "sets the upload-pack program")
+    if sub == "range-diff":
+        raise ctx.deny(sub, "runs the repository's textconv filters whatever flags it is given")
     if sub == "rebase" and any(a == "-x" or a.startswith("-x") for a in rest):
         raise ctx.deny("-x", "runs a command after each commit")
     if sub == "submodule" and "foreach" in rest:
@@ -572,37 +710,6 @@ def _git(args: Sequence[str], ctx: ArgContext) -> None:
             ctx.jail(arg.split("=", 1)[1], arg)
 
 
-def _rsync(args: Sequence[str], ctx: ArgContext) -> None:
-    _scan_options(
-        args,
-        ctx,
-        jail_long=("--log-file", "--write-batch", "--only-write-batch"),
-        deny_short="e",
-        deny_long=("--rsh", "--rsync-path", "--server"),
-        value_short="fBT",
-    )
-    for arg in args:
-        if not arg.startswith("-") and re.match(r"^[^/]*:", arg):
-            raise ctx.deny(arg, "names a remote host, which rsync reaches through a shell")
-
-
-def _split(args: Sequence[str], ctx: ArgContext) -> None:
-    _scan_options(args, ctx, deny_long=("--filter",))
-    operands = [a for a in args if not a.startswith("-")]
-    if len(operands) >= 2:
-        ctx.jail(operands[1], operands[1])
-
-
-def _zip(args: Sequence[str], ctx: ArgContext) -> None:
-    for arg in args:
-        if arg == "-TT" or arg.startswith(("--unzip-command", "-TT")):
-            raise ctx.deny(arg, "runs another program")
-
-
-def _diff_program(args: Sequence[str], ctx: ArgContext) -> None:
-    _scan_options(args, ctx, deny_long=("--diff-program",))
-
-
 # --- sed -----------------------------------------------------------------------------------
 
 
@@ -610,7 +717,7 @@ class _Unsure(Exception):
     """The sed script could not be parsed with certainty."""
 
 
-def _sed(args: Sequence[str], ctx: ArgContext) -> None:
+def _sed(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
     scripts: list[str] = []
     files: list[str] = []
     in_place = False
@@ -795,7 +902,7 @@ _AWK_DANGER = (
 )
 
 
-def _awk(args: Sequence[str], ctx: ArgContext) -> None:
+def _awk(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
     programs: list[str] = []
     operands: list[str] = []
     index = 0
@@ -864,19 +971,17 @@ def _awk_code(program: str) -> str:
     return "".join(out)
 
 
-_Rule = Callable[[Sequence[str], ArgContext], None]
-_RULES: dict[str, _Rule] = {
-    "find": _find,
+_Parser = Callable[[Sequence[str], ArgContext, Program], None]
+_PARSERS: dict[str, _Parser] = {
+    "writes-operands": _writes_operands,
+    "writes-last-operand": _writes_last,
+    "multi-call": _multi_call,
+    "env": _env,
     "sed": _sed,
+    "awk": _awk,
     "tar": _tar,
     "git": _git,
-    "sort": _sort,
-    "curl": _curl,
-    "wget": _wget,
     "dd": _dd,
-    "rsync": _rsync,
     "split": _split,
-    "zip": _zip,
-    "sdiff": _diff_program,
-    "diff3": _diff_program,
+    "sqlite": _sqlite,
 }

@@ -26,6 +26,7 @@ __all__ = [
     "CallContext",
     "EmptyGrant",
     "Family",
+    "ParamPath",
     "Registry",
 ]
 
@@ -33,6 +34,9 @@ P = TypeVar("P", bound=BaseModel)
 
 Asker = Callable[[str, BaseModel], Awaitable[Any]]
 """`ask(step_id, question)`: the person's answer to a `human.ask` question."""
+
+ParamPath = tuple[str | int, ...]
+"""A path into a call's params: keys and list indexes, e.g. `("argv", 2)`."""
 
 
 class EmptyGrant(BaseModel):
@@ -52,6 +56,13 @@ class CallContext:
         step_id: the calling step, for messages.
         ask: puts a typed question to the person (`human.ask`); None when nobody can answer.
         llm: the run's model client (`engine.llm.LLMClient`), when one is configured.
+        data_paths: paths into the params (`("argv", 2)`) whose raw recipe text begins with
+            a template (`"${{ item }}"`): their values are data (file names, outputs), not
+            text the recipe's author wrote. A path covers everything beneath it (`("argv",)`
+            when the whole list is one template). Empty for model-written calls.
+        data_literals: the string literals the author wrote inside those templates (`'-l'`
+            in `${{ ['wc', '-l'] + files }}`): a value under a data path that equals one of
+            them is the author's text, not data.
     """
 
     grant: BaseModel
@@ -60,6 +71,8 @@ class CallContext:
     step_id: str | None = None
     ask: Asker | None = None
     llm: Any = None
+    data_paths: frozenset[ParamPath] = frozenset()
+    data_literals: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)

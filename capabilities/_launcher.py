@@ -1,17 +1,30 @@
-"""Start one `shell.run` child inside the confinement layers of `_confine`.
+"""Start one sandboxed child (a `shell.run` program) inside the confinement layers of `_confine`.
 
 Run as `python -I -S _launcher.py CONFIG_FD STATUS_FD` (a script by path, with the
 standard library only). CONFIG_FD is a file (a memfd) holding one JSON object: `argv` (the
-program's real path and its arguments), `network`, `rlimits`, `read_paths`, `write_paths`
-and `cgroup` (a pids cgroup folder to join, or null). Keeping the program's arguments off
-the launcher's own command line means only the program itself shows them in `ps`.
-STATUS_FD is a pipe to the engine.
+program's real path and its arguments), `parent` (the engine's pid), `network`, `rlimits`,
+`read_paths`, `write_paths`, `read_only` (protected paths beneath the writable folders, to
+bind-mount read-only), `read_only_note` (a caveat for the report, or "") and `cgroup` (a
+pids cgroup folder to join, or null). Keeping the program's arguments off the launcher's
+own command line means only the program itself shows them in `ps`. STATUS_FD is a pipe to
+the engine.
 
 Processes: this launcher (in the engine's namespaces) creates the namespaces and forks the
-sandbox's init, which applies the per-process layers (no_new_privs, rlimits, Landlock),
-forks the program and reaps everything until the program exits. When that init exits, the
-kernel kills whatever is left in its PID namespace. The launcher then exits with the
-init's status. Without a PID namespace, the launcher is the init itself.
+sandbox's init, which applies the per-process layers (private mounts, /proc, read-only
+protected paths, no_new_privs, rlimits, Landlock), forks the program and reaps everything
+until the program exits. When that init exits, the kernel kills whatever is left in its
+PID namespace. The launcher then exits with the init's status. Without a PID namespace,
+the launcher is the init itself.
+
+Dying with the engine: the launcher's first act is `PR_SET_PDEATHSIG(SIGKILL)`, so the
+kernel kills it when the engine's thread that started it ends (`kill -9` of planloom
+included); it then checks that the engine it was started by is still its parent, which
+closes the race before the prctl. The init and the program have the same setting towards
+their own parents, so the chain falls: engine, launcher, init (and with it the whole PID
+namespace, `setsid` and double-forked processes included), program. Without a PID
+namespace, a descendant that left the program's process tree (`setsid`, double fork)
+outlives a killed engine until the next engine start, which kills what is left in dead
+engines' pids cgroups.
 
 On the status pipe, one JSON object per line: `{"layers": {...}}` once the layers are in
 place, then `{"exec_error": ...}` if the program could not be started, or `{"exit": N}` /
@@ -21,9 +34,11 @@ exit code 125. The program never inherits the status pipe.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import json
 import os
+import select
 import signal
 import sys
 from typing import TYPE_CHECKING
@@ -34,6 +49,12 @@ if TYPE_CHECKING:  # `typing`'s names only for the checker: this script's start-
 
 SETUP_FAILED = 125
 EXEC_FAILED = 127
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """Be SIGKILLed when the parent (thread) ends; `_confine` is not loaded yet."""
+    ctypes.CDLL(None).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
 
 
 def _load_confine() -> ModuleType:
@@ -60,6 +81,7 @@ class _Status:
 
 
 def main(argv: list[str]) -> NoReturn:
+    _die_with_parent()
     if len(argv) != 3:
         sys.stderr.write("usage: _launcher.py CONFIG_FD STATUS_FD\n")
         os._exit(SETUP_FAILED)
@@ -68,6 +90,7 @@ def main(argv: list[str]) -> NoReturn:
     try:
         with os.fdopen(int(argv[1]), "rb") as file:
             config = json.loads(file.read())
+        _check_parent(config)
         target = [str(arg) for arg in config["argv"]]
         confine = _load_confine()
         report: dict[str, Any] = {}
@@ -80,15 +103,41 @@ def main(argv: list[str]) -> NoReturn:
             except OSError as exc:
                 report["pids_cgroup"] = f"unavailable: {exc.strerror}"
         report.update(confine.enter_namespaces(bool(config["network"])))
+        # A change of credentials may clear the parent-death signal; set it again.
+        confine.set_pdeathsig(signal.SIGKILL)
+        _check_parent(config)
     except Exception as exc:  # any failure here is reported, never half-applied silently
         status.send(setup_error=f"{type(exc).__name__}: {exc}")
         os._exit(SETUP_FAILED)
     if report["pid_namespace"] == "active":
+        alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
         init = os.fork()
         if init:
-            _relay(init)
-        confine.set_pdeathsig(signal.SIGKILL)
+            os.close(alive_r)
+            _relay(init)  # keeps `alive_w` open for as long as it lives
+        os.close(alive_w)
+        _follow_parent(confine, alive_r)
     _init(confine, config, target, report, status)
+
+
+def _check_parent(config: dict[str, Any]) -> None:
+    """Exit at once if the engine died before the parent-death signal was armed."""
+    parent = config.get("parent")
+    if parent is not None and os.getppid() != int(parent):
+        os._exit(SETUP_FAILED)
+
+
+def _follow_parent(confine: ModuleType, alive_r: int) -> None:
+    """In the init: die with the launcher, and exit if it has already gone.
+
+    Inside the PID namespace the launcher's pid is not visible (getppid() is 0), so the
+    check is a pipe only the launcher holds the write end of: EOF means it has died.
+    """
+    confine.set_pdeathsig(signal.SIGKILL)
+    readable, _, _ = select.select([alive_r], [], [], 0)
+    if readable:
+        os._exit(SETUP_FAILED)
+    os.close(alive_r)
 
 
 def _relay(pid: int) -> NoReturn:
@@ -102,6 +151,37 @@ def _relay(pid: int) -> NoReturn:
     os._exit(os.waitstatus_to_exitcode(wait_status))
 
 
+def _mounts(confine: ModuleType, config: dict[str, Any], report: dict[str, Any]) -> None:
+    """The mount namespace's layers: private propagation, /proc, read-only protected paths.
+
+    Only in a mount namespace of our own: a mount made elsewhere would change the host's.
+    """
+    if report["mount_namespace"] != "active":
+        report["proc_mount"] = "unavailable: no mount namespace"
+        report["protected_paths"] = "unavailable: no mount namespace"
+        return
+    try:
+        confine.make_mounts_private()
+    except confine.LayerUnavailable as exc:
+        report["proc_mount"] = report["protected_paths"] = f"unavailable: {exc}"
+        return
+    if report["pid_namespace"] == "active":
+        try:
+            report["proc_mount"] = confine.mount_proc()
+        except confine.LayerUnavailable as exc:
+            report["proc_mount"] = f"unavailable: {exc}"
+    else:
+        report["proc_mount"] = "unavailable: no PID namespace"
+    paths = [str(path) for path in config.get("read_only", [])]
+    try:
+        count = confine.bind_read_only(paths)
+    except confine.LayerUnavailable as exc:
+        report["protected_paths"] = f"unavailable: {exc}"
+        return
+    note = config.get("read_only_note")
+    report["protected_paths"] = f"active ({count} read-only{'; ' + note if note else ''})"
+
+
 def _init(
     confine: ModuleType,
     config: dict[str, Any],
@@ -110,13 +190,7 @@ def _init(
     status: _Status,
 ) -> NoReturn:
     try:
-        if report["pid_namespace"] == "active":
-            try:
-                report["proc_mount"] = confine.mount_proc()
-            except confine.LayerUnavailable as exc:
-                report["proc_mount"] = f"unavailable: {exc}"
-        else:
-            report["proc_mount"] = "unavailable: no PID namespace"
+        _mounts(confine, config, report)
         try:
             report["no_new_privs"] = confine.no_new_privs()
         except confine.LayerUnavailable as exc:
@@ -134,12 +208,18 @@ def _init(
     status.send(layers=report)
 
     err_r, err_w = os.pipe2(os.O_CLOEXEC)
+    me = os.getpid()
     child = os.fork()
     if child == 0:
         os.close(err_r)
         # Python ignores these at start-up, and an ignored signal stays ignored across exec.
         for sig in (signal.SIGPIPE, signal.SIGXFSZ):
             signal.signal(sig, signal.SIG_DFL)
+        # Kept across exec (no set-uid: no_new_privs): without a PID namespace this is what
+        # ends the program when the launcher is killed.
+        _die_with_parent()
+        if os.getppid() != me:
+            os._exit(EXEC_FAILED)
         try:
             os.execv(target[0], target)
         except OSError as exc:

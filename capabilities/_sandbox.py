@@ -11,12 +11,12 @@ import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from capabilities._base import Action, Asker, CallContext, Registry
+from capabilities._base import Action, Asker, CallContext, ParamPath, Registry
 from engine.errors import (
     ApprovalDenied,
     BudgetExceeded,
@@ -31,10 +31,26 @@ from engine.events import EventBus
 
 __all__ = ["Gate", "Sandbox"]
 
-Gate = Callable[[str, str, Any, str, Callable[[Any], str | None]], Awaitable[Any]]
-"""`gate(step_id, action, params, reason, validate)`: returns the params to run with (the
-person may have edited them; `validate` checks an edit against the schema; None means
-unchanged), or raises when denied."""
+
+class Gate(Protocol):
+    """`gate(step_id, action, params, reason, validate, replayed=...)`: returns the params
+    to run with (the person may have edited them; `validate` checks an edit against the
+    schema; None means unchanged), or raises when denied. `replayed` says the call's result
+    will be served from a cassette (nothing runs), the only case in which a recorded
+    decision may answer it."""
+
+    def __call__(
+        self,
+        step_id: str,
+        action: str,
+        params: Any,
+        reason: str,
+        validate: Callable[[Any], str | None],
+        /,
+        *,
+        replayed: bool = False,
+    ) -> Awaitable[Any]: ...
+
 
 Confirm = Literal["auto", "always", "never"]
 
@@ -82,8 +98,13 @@ class Sandbox:
         attempt: int = 1,
         confirm: Confirm = "auto",
         timeout: float | None = None,  # noqa: ASYNC109  # a per-call limit, enforced here
+        data_paths: frozenset[ParamPath] = frozenset(),
+        data_literals: frozenset[str] = frozenset(),
     ) -> Any:
         """Run one action call.
+
+        `data_paths` are the params paths whose raw text began with a template (see
+        `CallContext.data_paths`); the action decides what that means for it.
 
         Raises:
             CapabilityDenied: ungranted, unknown or malformed call.
@@ -99,11 +120,29 @@ class Sandbox:
             if self.dry_run and side_effects:
                 raise DryRun(name, params, step_id=step_id)
             gated = confirm == "always" or (confirm == "auto" and side_effects)
+            replayed = False
             if self.gate is not None and gated:
+                # Whether the cassette serves this call is settled before its gate: only
+                # then may a recorded decision answer it (a live call meets the live approver).
+                replayed = self.tape is not None and self.tape.serves(
+                    step_id,
+                    attempt,
+                    name,
+                    params,
+                    read_only=not side_effects,
+                    recorded=action.recorded,
+                )
                 approved = await self.gate(
-                    step_id, name, params, _gate_reason(side_effects), _checker(action)
+                    step_id,
+                    name,
+                    params,
+                    _gate_reason(side_effects),
+                    _checker(action),
+                    replayed=replayed,
                 )
                 if approved is not None and approved is not params:  # edited by the person
+                    # What the person rewrote is theirs; values left as rendered stay data.
+                    data_paths = _unchanged(data_paths, params, approved)
                     params = approved
                     model = action.params_model.model_validate(params)
         except StepError as exc:  # refused before anything ran
@@ -117,6 +156,8 @@ class Sandbox:
             step_id=step_id,
             ask=self.ask,
             llm=self.llm,
+            data_paths=data_paths,
+            data_literals=data_literals,
         )
         events = self.events
         if events is not None:
@@ -137,7 +178,13 @@ class Sandbox:
         try:
             if self.tape is not None and action.recorded:
                 output = await self.tape.tool(
-                    step_id, attempt, name, params, read_only=not side_effects, run=run
+                    step_id,
+                    attempt,
+                    name,
+                    params,
+                    read_only=not side_effects,
+                    run=run,
+                    replayed=replayed,
                 )
             else:
                 output = await run()
@@ -230,6 +277,24 @@ def _checker(action: Action[Any]) -> Callable[[Any], str | None]:
         return None
 
     return check
+
+
+def _unchanged(paths: frozenset[ParamPath], before: Any, after: Any) -> frozenset[ParamPath]:
+    """The paths whose value is the same in both params trees."""
+    return frozenset(p for p in paths if _value_at(before, p) == _value_at(after, p))
+
+
+_MISSING = object()
+
+
+def _value_at(tree: Any, path: ParamPath) -> Any:
+    for key in path:
+        in_dict = isinstance(tree, dict) and key in tree
+        in_list = isinstance(tree, list) and isinstance(key, int) and 0 <= key < len(tree)
+        if not (in_dict or in_list):
+            return _MISSING
+        tree = tree[key]
+    return tree
 
 
 def _gate_reason(side_effects: bool) -> str:

@@ -135,9 +135,12 @@ _STRUCTURES = re.compile(
             # --password hunter2 / ['--token', 'xyz']  (a flag and the next argv word)
             rf"""(?<![\w-])--(?:[A-Za-z0-9]+-)*{_NAME_CORE}(?![A-Za-z0-9_])["']?"""
             rf"""(?:,[ \t]*|[ \t]+)(?:{_value("flag")})""",
-            # api_key=xyz, "password": "xyz", DB_PASSWORD: xyz, ?access_token=xyz
-            rf"""(?<![A-Za-z0-9]){_NAME_CORE}(?![A-Za-z0-9])["']?[ \t]*[:=][ \t]*"""
-            rf"""(?:{_value("kv")})""",
+            # api_key=xyz, "password": "xyz", DB_PASSWORD: xyz, ?access_token=xyz. The
+            # name is a whole key (`DB_` / `app.` prefixes allowed), never the last part
+            # of a path: in `cat: /run/x/secret: Permission denied` the word after the
+            # colon is the error, not a value.
+            rf"""(?<![\w/.-])(?:[\w.-]*?[_.-])?{_NAME_CORE}(?![A-Za-z0-9])["']?[ \t]*"""
+            rf"""[:=][ \t]*(?:{_value("kv")})""",
             # ?key=xyz&sig=xyz: only inside a query string or fragment
             rf"""(?<=[?&;#]){_QUERY_ONLY}=(?P<v_query>[^&#\s"'<>]+)""",
             # Bearer xyz in prose: the token must contain a digit ("bearer of bad news")

@@ -19,10 +19,12 @@ import asyncio
 import contextlib
 import functools
 import os
-import re
 import secrets
 import stat
+import threading
+import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal, TypeAlias
 
@@ -30,6 +32,10 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from capabilities._base import Action, CallContext, Family, Registry
 from capabilities._jail import Jail, WalkLimits, clean_relpath, not_regular, openat2_available
+from capabilities._protected import allowed_write
+from capabilities._protected import is_protected as _is_protected
+from capabilities._protected import matches_any as _matches_any
+from engine import _regex
 from engine._globs import compile_glob
 from engine.errors import CapabilityDenied, StepFailed
 
@@ -191,10 +197,7 @@ class SearchParams(_Params):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        try:
-            re.compile(value)
-        except re.error as exc:
-            raise ValueError(f"invalid regular expression: {exc}") from exc
+        _regex.compile_pattern(value)  # ValueError says what is wrong
         return value
 
     @field_validator("glob")
@@ -303,18 +306,9 @@ def _require_write(grant: FsGrant, rel: str, action: str) -> None:
         )
 
 
-def _is_protected(rel: str) -> bool:
-    parts = [part.casefold() for part in rel.split("/")]
-    return ".git" in parts or parts[-1].startswith(".env")
-
-
 def _suggest_glob(rel: str) -> str:
     head, _, _ = rel.rpartition("/")
     return f"{head}/**" if head else rel
-
-
-def _matches_any(rel: str, globs: list[str]) -> bool:
-    return any(compile_glob(glob).fullmatch(rel) for glob in globs)
 
 
 # -- actions --------------------------------------------------------------------------------
@@ -368,6 +362,8 @@ async def _write_or_append(
             rule="fs.too-large",
         )
     jail = _jail(grant, ctx, action)
+    if _is_protected(rel):  # allowed by `protected:`: no confined child's check removes it
+        allowed_write(str(jail.root), rel)
     await asyncio.to_thread(impl, jail, rel, data, params.create_dirs)
     return WriteResult(path=rel, bytes_written=len(data))
 
@@ -491,12 +487,29 @@ async def _search(params: SearchParams, ctx: CallContext) -> SearchResult:
     _require_read(grant, "fs.search")
     rel = clean_relpath(params.path, "fs.search")
     jail = _jail(grant, ctx, "fs.search")
-    return await asyncio.to_thread(_search_sync, jail, rel, params, grant.max_read_bytes)
+    # The worker thread cannot be stopped from outside, so it stops itself: when the call is
+    # cancelled (Ctrl-C), and a little before the sandbox's own timeout, which then still
+    # sees the error naming pattern and file.
+    until = _Until(time.monotonic() + ctx.timeout - min(0.5, ctx.timeout / 10))
+    try:
+        return await asyncio.to_thread(_search_sync, jail, rel, params, grant.max_read_bytes, until)
+    finally:
+        until.stopped.set()
 
 
-def _search_sync(jail: Jail, rel: str, params: SearchParams, cap: int) -> SearchResult:
-    regex = re.compile(params.pattern)
-    glob = compile_glob(params.glob)
+@dataclass
+class _Until:
+    """When a search in a worker thread must stop: its deadline, or `stopped` being set."""
+
+    deadline: float
+    stopped: threading.Event = field(default_factory=threading.Event)
+
+
+def _search_sync(
+    jail: Jail, rel: str, params: SearchParams, cap: int, until: _Until
+) -> SearchResult:
+    # A glob is a user regex too: `*a*a*a*a*a*a*a*b` backtracks for hours on a long name.
+    glob = f"(?s:{compile_glob(params.glob).pattern})"
     limits = WalkLimits(params.max_depth, params.max_entries)
     matches: list[SearchMatch] = []
     prefix = "" if rel == "." else rel + "/"
@@ -506,11 +519,11 @@ def _search_sync(jail: Jail, rel: str, params: SearchParams, cap: int) -> Search
             for entry in jail.walk(fd, rel, limits):
                 if not stat.S_ISREG(entry.st.st_mode) or entry.st.st_size > cap:
                     continue
-                if not glob.fullmatch(entry.rel.removeprefix(prefix)):
+                if not _glob_matches(params.glob, glob, entry.rel.removeprefix(prefix), until):
                     continue
                 text = _read_for_search(entry.name, entry.dir_fd, cap)
                 for number, line in enumerate((text or "").splitlines(), 1):
-                    if regex.search(line):
+                    if _search_line(params.pattern, line, until, entry.rel):
                         if len(matches) >= params.max_matches:
                             return SearchResult(matches=matches, truncated=True)
                         cut = line[:_MAX_LINE_CHARS]
@@ -518,6 +531,25 @@ def _search_sync(jail: Jail, rel: str, params: SearchParams, cap: int) -> Search
         finally:
             os.close(fd)
     return SearchResult(matches=matches, truncated=limits.truncated)
+
+
+def _glob_matches(glob: str, translated: str, rel: str, until: _Until) -> bool:
+    try:
+        return _regex.fullmatch(translated, rel, deadline=until.deadline) is not None
+    except _regex.RegexTimeout as exc:
+        raise StepFailed(
+            f"fs.search: glob {glob!r} took longer than {exc.seconds:.2g} s to match {rel!r}; "
+            "many '*' in one glob backtrack: use fewer"
+        ) from exc
+
+
+def _search_line(pattern: str, line: str, until: _Until, rel: str) -> bool:
+    if until.stopped.is_set():  # the caller is gone: nobody reads what this would find
+        raise StepFailed("fs.search: cancelled")
+    try:
+        return _regex.search(pattern, line, deadline=until.deadline) is not None
+    except _regex.RegexTimeout as exc:
+        raise StepFailed(f"fs.search in {rel!r}: {exc}") from exc
 
 
 def _read_for_search(name: str, dir_fd: int, cap: int) -> str | None:

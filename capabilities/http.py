@@ -263,7 +263,10 @@ def register(registry: Registry, *, resolver: Resolver | None = None) -> None:
 
 
 def _has_side_effects(params: RequestParams) -> bool:
-    return params.method not in ("GET", "HEAD")
+    """Every method but GET and HEAD, and any request that sends a body, whatever its
+    method: a server may act on a GET with a body as on a POST (the gate cannot know)."""
+    content, _ = _content(params)
+    return params.method not in ("GET", "HEAD") or content is not None
 
 
 # -- one hop ---------------------------------------------------------------------------------

@@ -7,9 +7,13 @@ Each call is checked before anything runs:
   symlink `ls -> /bin/rm` counts as `/bin/rm` (ATTACKS B8). The resolved real path is what
   gets executed, and it is also the child's `argv[0]`, so the check and the exec agree even
   for multi-call binaries that change behaviour with their name;
-* the arguments pass the program's rules in `_argrules` (no `find -exec`, `sed e`,
-  `git -c`, wrappers or interpreter code unless the grant lists the program in
-  `unsafe_args`; output files held to the granted folder) (B2-B7);
+* arguments whose recipe text began with a template (`CallContext.data_paths`) are never
+  read as options: `--` is inserted before them for programs that accept it, and one that
+  starts with `-` and is still unprotected is refused (B7);
+* the arguments pass the program's rules in `_argrules`, from the table in `_programs` (no
+  `find -exec`, `sed e`, `git -c`, `sqlite3 .shell`, wrappers such as `setarch` or
+  interpreter code unless the grant lists the program in `unsafe_args`; output files held
+  to the granted folder) (B2-B6);
 * the working folder must stay inside the grant's folder, checked on real paths;
 * the child gets a scrubbed environment: a fixed PATH, `HOME` set to the working folder,
   a private `TMPDIR`, a UTF-8 locale and only the variables the grant names. Loader,
@@ -18,9 +22,16 @@ Each call is checked before anything runs:
 The program is started by `_launcher.py` (a `python -I -S` script), which puts it in new
 user, PID, mount and network namespaces, a pids cgroup, `no_new_privs`, rlimits (address
 space, file size, CPU, core) and Landlock (writes only beneath the granted folder, reads
-only from system folders and that folder, no TCP) before `exec`. Layers the kernel does not
-offer are skipped and listed as unavailable in `ShellResult.confinement` and in
-`confinement_report()`, never silently.
+only from system folders, the /etc files programs need and that folder, no TCP) before
+`exec`. Layers the kernel does not offer are skipped and listed as unavailable in
+`ShellResult.confinement` and in `confinement_report()`, never silently.
+
+Protected paths (`.git` folders, `.env*` files; see `_protected`) beneath the granted
+folder are bind-mounted read-only in the child's mount namespace, unless the grant's
+`protected:` globs open them; protected entries that appear during the call (which no
+mount could cover) are removed afterwards and the call fails (rule `shell.protected`).
+The launcher dies with the engine (`PR_SET_PDEATHSIG`), and with it the PID namespace;
+pids cgroups of engines that died anyway are emptied and removed at the next start.
 
 While it runs, stdin is `/dev/null` (B20); each output stream is capped (B11); on
 timeout, cancellation or once the program exits, the launcher's process group is killed
@@ -47,16 +58,29 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from capabilities._argrules import ArgContext, check_arguments, git_env
+from capabilities import _protected
+from capabilities._argrules import (
+    ArgContext,
+    check_arguments,
+    final_arguments,
+    protect_data_arguments,
+)
 from capabilities._base import Action, CallContext, Family, Registry
-from capabilities._confine import DEVICE_WRITE_PATHS, SYSTEM_READ_PATHS
+from capabilities._confine import (
+    DEVICE_READ_PATHS,
+    DEVICE_WRITE_PATHS,
+    SYSTEM_READ_PATHS,
+    etc_read_paths,
+)
+from capabilities._gitconfig import git_env
+from engine._globs import compile_glob
 from engine.diagnostics import did_you_mean
 from engine.errors import CapabilityDenied, StepFailed, StepTimeout
 
@@ -125,12 +149,22 @@ class ShellGrant(BaseModel):
         max_output: bytes kept per output stream; past it the command is killed.
         unsafe_args: programs (also in `allow`) whose argument rules are lifted: exec-escape
             flags, wrappers (`env CMD`, `xargs`), interpreter code (`sh -c`, `python -c`),
-            output files outside `cwd`. Compared by real path. Kernel confinement stays.
-        end_of_options: insert `--` after the program, so arguments that come from
-            templates (file names) can never be read as options (ATTACKS B7).
+            output files outside `cwd`. Compared by real path. Kernel confinement stays, and
+            templated arguments are still kept from being read as options.
+        end_of_options: put `--` right after the program, so every argument is an operand
+            (the recipe's own options too). When false (the default), arguments whose text
+            begins with a template (`"${{ item }}"`, file names, model output) are kept from
+            being read as options: for programs known to accept `--`, it is inserted before
+            the first of them; one that starts with `-` and is still unprotected is refused
+            (rule `shell.option-from-data`) (ATTACKS B7).
         network: let children use the network (no network namespace, no Landlock TCP rule).
         read_paths: extra folders children may read and execute from, besides the system
             folders and `cwd`; relative to the recipe folder.
+        protected: globs (relative to `cwd`) of protected entries children may write:
+            `.git` folders and `.env*` files beneath `cwd` are otherwise read-only to them,
+            and any they create is removed and fails the call (rule `shell.protected`).
+            A glob opens a whole entry: `.git/**` (or `sub/.git/**`) a repository, `.env`
+            one file.
         max_memory: address-space limit per process, in bytes (RLIMIT_AS).
         max_file_size: largest file a child may write, in bytes (RLIMIT_FSIZE).
         max_processes: most processes (and threads) a call may have at once (pids cgroup).
@@ -147,6 +181,7 @@ class ShellGrant(BaseModel):
     end_of_options: bool = False
     network: bool = False
     read_paths: list[str] = []
+    protected: list[str] = []
     max_memory: int = Field(default=2 << 30, ge=64 << 20)
     max_file_size: int = Field(default=1 << 30, ge=0)
     max_processes: int = Field(default=256, ge=2)
@@ -164,6 +199,15 @@ class ShellGrant(BaseModel):
     def _no_nul_in_cwd(cls, value: str) -> str:
         if "\x00" in value:
             raise ValueError("cwd must not contain NUL bytes")
+        return value
+
+    @field_validator("protected")
+    @classmethod
+    def _relative_globs(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            if not pattern or pattern.startswith("/") or "\x00" in pattern:
+                raise ValueError(f"glob {pattern!r} must be relative to the shell cwd")
+            compile_glob(pattern)  # a bad glob is a grant error, not a silent literal
         return value
 
     @field_validator("env")
@@ -189,8 +233,10 @@ class ShellParams(BaseModel):
     Attributes:
         argv: the program and its arguments, passed as-is (no shell, no expansion).
         cwd: a folder inside the grant's `cwd` to run in, relative to it.
-        check: raise `StepFailed` on a non-zero exit instead of returning the result. A run
-            cut short by the output cap is returned either way (`truncated` is true).
+        check: raise `StepFailed` instead of returning the result when the program exits
+            non-zero, or when its output passed the grant's `max_output` and it was killed.
+            With `check: false` such a result is returned: `truncated` true (the output is
+            cut at `max_output` bytes per stream) and the exit code (usually -9, the kill).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -224,11 +270,12 @@ class ShellResult(BaseModel):
         exit_code: the exit status; negative when a signal ended the program.
         stdout: standard output, decoded as UTF-8 (invalid bytes replaced).
         stderr: standard error, decoded the same way.
-        truncated: an output stream passed `max_output` and the command was killed (its
-            `exit_code` is then usually -9, from that kill).
+        truncated: an output stream passed `max_output`, so the output was cut there and
+            the command killed (its `exit_code` is then usually -9, from that kill). Only
+            seen with `check: false`: otherwise such a run fails the step.
         confinement: each confinement layer and its state for this call: "active ..." or
-            "unavailable: <reason>" (user/pid/network namespaces, proc_mount, pids_cgroup,
-            no_new_privs, rlimits, landlock).
+            "unavailable: <reason>" (user/pid/mount/network namespaces, proc_mount,
+            protected_paths, pids_cgroup, no_new_privs, rlimits, landlock).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -268,11 +315,12 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
     Raises:
         CapabilityDenied: the program, folder, arguments or environment are not allowed
             (rules `shell.not-allowed`, `shell.cwd`, `shell.argument`, `shell.output-path`,
-            `shell.env`).
+            `shell.option-from-data`, `shell.env`), or the program wrote a protected
+            path the grant does not open (`shell.protected`).
         StepTimeout: the command ran past `ctx.timeout` seconds; every process it started
             is killed.
         StepFailed: the program could not be started or the sandbox could not be set up,
-            or it exited non-zero with `check`.
+            or, with `check`, it exited non-zero or its output passed `max_output`.
     """
     grant = ctx.grant
     if not isinstance(grant, ShellGrant):
@@ -280,20 +328,19 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
     root = _grant_root(grant, ctx)
     workdir = _workdir(root, params.cwd, ctx)
     program = _resolve_program(params.argv[0], workdir, root, grant, ctx)
-    unsafe = {real for entry in grant.unsafe_args if (real := _real_program(entry, root))}
-    if program not in unsafe:
-        check_arguments(params.argv[1:], ArgContext(program, root, workdir, ctx.step_id))
+    argv = _checked_argv(params.argv, program, root, workdir, grant, ctx)
     env = _child_env(grant, workdir, ctx)
     if os.path.basename(program) == "git":
-        env.update(git_env())
+        env.update(git_env(argv[1:], workdir, root, ctx.step_id))
     name = params.argv[0]
-    argv = [program, *(["--"] if grant.end_of_options else []), *params.argv[1:]]
 
-    with _Scratch(grant.max_processes) as scratch:
-        env["TMPDIR"] = scratch.tmpdir
-        config = _launcher_config(grant, ctx, root, program, scratch)
-        outcome = await _launch(argv, config, workdir, env, grant.max_output, name, ctx)
-        await scratch.empty_cgroup()
+    who = f"{_ACTION}: {name!r}"
+    async with _guard_protected(root, grant.protected, who, ctx) as protected:
+        with _Scratch(grant.max_processes) as scratch:
+            env["TMPDIR"] = scratch.tmpdir
+            config = _launcher_config(grant, ctx, root, program, scratch, protected)
+            outcome = await _launch(argv, config, workdir, env, grant.max_output, name, ctx)
+            await scratch.empty_cgroup()
     result = outcome.result(scratch.cgroup_state)
     if outcome.setup_error is not None:
         raise StepFailed(
@@ -305,9 +352,57 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
             f"{_ACTION}: cannot execute {name!r} ({program}): {outcome.exec_error}",
             step_id=ctx.step_id,
         )
-    if params.check and result.exit_code != 0 and not result.truncated:
+    if params.check and result.truncated:
+        raise StepFailed(_truncated_message(name, grant.max_output), step_id=ctx.step_id)
+    if params.check and result.exit_code != 0:
         raise StepFailed(_failure_message(name, result), step_id=ctx.step_id)
     return result
+
+
+def _checked_argv(
+    argv: list[str], program: str, root: str, workdir: str, grant: ShellGrant, ctx: CallContext
+) -> list[str]:
+    """The argv to execute: templated arguments kept from being options, then checked.
+
+    Raises:
+        CapabilityDenied: rules `shell.option-from-data`, `shell.argument`,
+            `shell.output-path`.
+    """
+    rules = ArgContext(program, root, workdir, ctx.step_id)
+    unsafe = {real for entry in grant.unsafe_args if (real := _real_program(entry, root))}
+    if grant.end_of_options:
+        if program not in unsafe:  # checked without the `--`: every option is seen
+            check_arguments(argv[1:], rules)
+        args = ["--", *argv[1:]]
+    else:
+        protected = protect_data_arguments([program, *argv[1:]], _data_indexes(argv, ctx), rules)
+        args = protected[1:]
+        if program not in unsafe:
+            check_arguments(args, rules)
+    return [program, *final_arguments(args, rules)]
+
+
+def _data_indexes(argv: list[str], ctx: CallContext) -> set[int]:
+    """The argv indexes whose text came from a template (`ctx.data_paths`); a template that
+    gave the whole `argv` (or the whole params) makes every argument data, except those
+    equal to a string the author wrote in the template (`'-l'` in `['wc', '-l'] + files`)."""
+    paths = ctx.data_paths
+    if () in paths or ("argv",) in paths:
+        indexes = set(range(1, len(argv)))
+    else:
+        indexes = {
+            p[1] for p in paths if len(p) >= 2 and p[0] == "argv" and isinstance(p[1], int)
+        }
+    return {i for i in indexes if i < len(argv) and argv[i] not in ctx.data_literals}
+
+
+def _truncated_message(name: str, limit: int) -> str:
+    return (
+        f"{_ACTION}: the output of {name!r} passed max_output ({limit} bytes), so it was cut "
+        "there and the program killed; raise `max_output` in the `shell` grant, narrow the "
+        "output (fewer files, a filter such as `head -n 100`, a quieter option), or set "
+        "`check: false` on the step to keep what was read (with `truncated: true`)"
+    )
 
 
 @functools.cache
@@ -320,8 +415,12 @@ def confinement_report() -> dict[str, str]:
     program = _real_program("true", "/") or "/bin/true"
     with tempfile.TemporaryDirectory(prefix="planloom-probe-") as folder:
         ctx = CallContext(grant=grant, base_dir=Path(folder), timeout=10.0)
+        real = os.path.realpath(folder)
+        # One protected file, so the probe mounts one read-only as a real call would.
+        Path(real, ".env").touch()
+        protected = _protected.scan(real, [])
         with _Scratch(grant.max_processes) as scratch:
-            config = _launcher_config(grant, ctx, os.path.realpath(folder), program, scratch)
+            config = _launcher_config(grant, ctx, real, program, scratch, protected)
             status_r, status_w = os.pipe()
             command, config_fd = _launcher_command(config, status_w, [program])
             try:
@@ -343,6 +442,8 @@ def confinement_report() -> dict[str, str]:
             with io.FileIO(status_r, "rb") as pipe:
                 messages = _parse_status(pipe.read(_STATUS_LIMIT))
             report = _flatten(messages, scratch.cgroup_state)
+    if report.get("protected_paths", "").startswith("active"):
+        report["protected_paths"] = f"active (read-only bind mounts of {_protected.WHAT})"
     if proc.returncode != 0 and not report:
         report["launcher"] = f"unavailable: exit {proc.returncode}: {proc.stderr[-500:]!r}"
     return report
@@ -368,10 +469,14 @@ def _launcher_command(
 
 
 def _launcher_config(
-    grant: ShellGrant, ctx: CallContext, root: str, program: str, scratch: _Scratch
+    grant: ShellGrant,
+    ctx: CallContext,
+    root: str,
+    program: str,
+    scratch: _Scratch,
+    protected: _protected.Scan,
 ) -> dict[str, Any]:
     reads = [
-        *SYSTEM_READ_PATHS,
         os.path.realpath(sys.base_prefix),
         os.path.dirname(program),
         *(os.path.realpath(os.path.join(ctx.base_dir, extra)) for extra in grant.read_paths),
@@ -385,12 +490,67 @@ def _launcher_config(
     if math.isfinite(ctx.timeout) and ctx.timeout >= 0:
         rlimits["cpu"] = math.ceil(ctx.timeout) + 1
     return {
+        "parent": os.getpid(),
         "network": grant.network,
         "rlimits": rlimits,
-        "read_paths": reads,
-        "write_paths": [root, scratch.tmpdir, *DEVICE_WRITE_PATHS],
+        **_files_config(root, scratch.tmpdir, reads, protected),
         "cgroup": scratch.cgroup,
     }
+
+
+def _files_config(
+    write_root: str, tmpdir: str, reads: list[str], protected: _protected.Scan
+) -> dict[str, Any]:
+    """The file-system part of a launcher config, for any confined child.
+
+    Children may read and execute from the system folders, the /etc files programs need and
+    `reads`; read and write beneath `write_root` and `tmpdir` (and /dev/null, /dev/zero,
+    /dev/full), except the protected entries `protected` found beneath `write_root`, which
+    are mounted read-only.
+    """
+    return {
+        "read_paths": [*_system_reads(), *reads],
+        "write_paths": [write_root, tmpdir, *DEVICE_WRITE_PATHS],
+        "read_only": protected.mounts(),
+        "read_only_note": protected.note(),
+    }
+
+
+@functools.cache
+def _system_reads() -> tuple[str, ...]:
+    return (*SYSTEM_READ_PATHS, *etc_read_paths(), *DEVICE_READ_PATHS)
+
+
+@contextlib.asynccontextmanager
+async def _guard_protected(
+    root: str, allowed: list[str], who: str, ctx: CallContext
+) -> AsyncIterator[_protected.Scan]:
+    """Walk `root` for protected entries before the call; undo what the call did to them.
+
+    Yields the walk (its entries are mounted read-only for the child). When the block ends,
+    however it ends, protected entries that appeared are removed; if there were any, the
+    call fails with `CapabilityDenied` (rule `shell.protected`), unless it is being
+    cancelled, which goes on.
+    """
+    watch = _protected.Watch(root, allowed)
+    try:
+        before = await asyncio.to_thread(watch.start)
+    except BaseException:
+        watch.abandon()
+        raise
+    finish = functools.partial(
+        watch.finish, who=who, rule="shell.protected", grant="shell", step_id=ctx.step_id
+    )
+    try:
+        yield before
+    except Exception:
+        finish()  # a refusal outranks the failure (a timeout, say) it chains to
+        raise
+    except BaseException:
+        with contextlib.suppress(CapabilityDenied):
+            finish()
+        raise
+    await asyncio.to_thread(finish)
 
 
 @dataclass
@@ -528,9 +688,15 @@ def _remove_live_scratch() -> None:
 
 @functools.cache
 def _sweep_stale_scratch() -> None:
-    """Once per process: remove scratch left by engines that died mid-call (by their pid)."""
+    """Once per process: remove scratch left by engines that died mid-call (by their pid).
+
+    A dead engine's pids cgroups may still hold processes (without a PID namespace, a
+    `setsid` descendant outlives a `kill -9` of the engine): they are killed first, for at
+    most `_CGROUP_CLEANUP` seconds in all, then the cgroups are removed.
+    """
     base, _ = _pids_cgroup_base()
     places = [(tempfile.gettempdir(), "planloom-shell-"), (base, "planloom-")]
+    stale_cgroups = []
     for folder, prefix in places:
         if folder is None:
             continue
@@ -539,11 +705,29 @@ def _sweep_stale_scratch() -> None:
                 pid = entry.name.removeprefix(prefix).split("-", 1)[0]
                 if not entry.name.startswith(prefix) or not pid.isdigit() or _pid_alive(pid):
                     continue
-                with contextlib.suppress(OSError):
-                    if folder == base:
-                        os.rmdir(entry.path)  # fails, harmlessly, while processes remain
-                    else:
-                        shutil.rmtree(entry.path)
+                if folder == base:
+                    stale_cgroups.append(entry.path)
+                else:
+                    shutil.rmtree(entry.path, ignore_errors=True)
+    _reap_cgroups(stale_cgroups, time.monotonic() + _CGROUP_CLEANUP)
+
+
+def _reap_cgroups(paths: list[str], deadline: float) -> None:
+    """Kill what is left in each cgroup and remove it, until `deadline` (monotonic)."""
+    left = list(paths)
+    while left:
+        for path in list(left):
+            if _sweep_cgroup(path):
+                continue  # killed some; they leave the cgroup once the kernel reaps them
+            with contextlib.suppress(FileNotFoundError):
+                try:
+                    os.rmdir(path)
+                except OSError:
+                    continue  # a process is still on its way out
+            left.remove(path)
+        if not left or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
 
 
 def _pid_alive(pid: str) -> bool:

@@ -353,7 +353,11 @@ class FakeOpenAIServer:
     threads, so it serves async clients too), and point a client at `base_url`.
 
     Each chat completion request is recorded, then checked in this order: the API key
-    (401), `json_schema` support (400), the next injected fault, and finally the model.
+    (401), `chat_status`, `json_schema` support (400), the next injected fault, and finally
+    the model. A one-token request (`max_tokens: 1`, the probe `planloom` sends before a
+    run) is recorded in `probes` instead, checked for the key and `chat_status` only, and
+    answered "ok" without the model or the fault queue, so probes do not shift scripted
+    replies or consume injected faults.
 
     Args:
         model: a `ScriptedModel`, or a function it wraps.
@@ -361,10 +365,15 @@ class FakeOpenAIServer:
         latency: seconds to wait before each chat completion reply (for benchmarks).
         supports_json_schema: False makes `response_format` type `json_schema` a 400, as
             older or non-OpenAI servers do (`json_object` is still accepted).
+        chat_status: when set (e.g. 401), every chat completion, probes included, is
+            answered with this HTTP status and an OpenAI-style error, while `GET /models`
+            still answers 200: an endpoint that lists models to anyone and refuses the key
+            only on the chat endpoint.
 
     Attributes:
         model: the `ScriptedModel` answering requests.
-        requests: every chat completion request received, faulted or not.
+        requests: every chat completion request received, faulted or not (probes aside).
+        probes: every one-token probe request received.
         headers: the headers of each of those requests (lower-case names), same order.
         errors: exceptions the model function raised (each became an HTTP 500), and any
             bug in the fake itself.
@@ -377,12 +386,15 @@ class FakeOpenAIServer:
         api_key: str | None = None,
         latency: float = 0.0,
         supports_json_schema: bool = True,
+        chat_status: int | None = None,
     ) -> None:
         self.model = model if isinstance(model, ScriptedModel) else ScriptedModel(model)
         self.api_key = api_key
         self.latency = latency
         self.supports_json_schema = supports_json_schema
+        self.chat_status = chat_status
         self.requests: list[ChatRequest] = []
+        self.probes: list[ChatRequest] = []
         self.headers: list[dict[str, str]] = []
         self.errors: list[Exception] = []
         self._faults: deque[Fault] = deque()
@@ -512,6 +524,24 @@ class FakeOpenAIServer:
         }
 
 
+def _probe_reply(request: ChatRequest) -> dict[str, Any]:
+    """The answer to a one-token probe: "ok", one token each way."""
+    return {
+        "id": "chatcmpl-probe",
+        "object": "chat.completion",
+        "created": CREATED,
+        "model": request.model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": "ok"},
+                "finish_reason": "length",
+            }
+        ],
+        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
+    }
+
+
 class _HTTPServer(http.server.ThreadingHTTPServer):
     """Tracks its connection threads so `close` can end and join them all."""
 
@@ -626,11 +656,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         except ValidationError as exc:
             self._send(400, _error_body(400, f"Invalid request body: {exc}"))
             return
+        probe = (request.model_extra or {}).get("max_tokens") == 1
         with fake._lock:
-            fake.requests.append(request)
-            fake.headers.append(headers)
+            if probe:
+                fake.probes.append(request)
+            else:
+                fake.requests.append(request)
+                fake.headers.append(headers)
         if not fake._authorized(headers):
             self._send(401, _error_body(401))
+            return
+        if fake.chat_status is not None:
+            self._send(fake.chat_status, _error_body(fake.chat_status))
+            return
+        if probe:
+            self._send(200, _probe_reply(request))
             return
         if not fake.supports_json_schema and request.wants_json_schema() is not None:
             message = (

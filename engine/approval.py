@@ -4,6 +4,12 @@ The executor hands every gated call to a `Gatekeeper`, which asks its `Approver`
 (step, action, exact rendered params): a retry with the same params is not asked again;
 changed params are. Questions are asked one at a time, so parallel steps never get each
 other's answers.
+
+Every `Decision` says who made it, in `by`: `--yes`, `--no`, `terminal` (also `terminal
+(approve all)`, `terminal (edited)`), `fail-closed` (no terminal and no flag), `policy:N`
+(rule N of the `--policy` file; `policy:default` when no rule matched; `policy:N→terminal`
+when the rule asked the person), `recorded` (replayed from a cassette, for a call whose
+result is replayed too) or `error` (the approver broke, so the gate failed closed).
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from pydantic import BaseModel
 
 from capabilities._sanitize import neutralize, sanitize_for_llm
 from capabilities.human import Question, parse_answer
+from engine._limits import loads_json
 from engine.errors import ApprovalDenied, ReplayMismatch, StepFailed
 from engine.results import Decision
 
@@ -56,6 +63,10 @@ class GateRequest(BaseModel):
     params_hash: str
     reason: str
     problem: str | None = None  # why the person's last edit was refused, when re-asking
+    replayed: bool = False
+    """The call's result is served from a cassette, so nothing runs: only then may a
+    decision recorded in the cassette answer it. A call that runs live is always decided
+    by the live approver, whatever the cassette holds."""
 
 
 class Approver(Protocol):
@@ -171,7 +182,7 @@ class TerminalApprover:
                 return _decision(request, False, "terminal", "answered no")
             text = await _ask_in_thread("new params as one line of JSON > ")
             try:
-                edited = json.loads(text)
+                edited = loads_json(text)
             except ValueError as exc:  # a typo is not a "no": ask again
                 prompt = f"{head}\nyour edit was refused: not JSON ({exc})\n{self.MENU}"
                 continue
@@ -270,13 +281,45 @@ class Gatekeeper:
         self.redact = redact
         self.on_quit = on_quit
         self.decisions: list[Decision] = []
-        self._cache: dict[tuple[str, str, str], Decision] = {}
+        self._cache: dict[tuple[str, str, str, bool], Decision] = {}
         self._lock = asyncio.Lock()
 
     async def ask(self, step_id: str, question: Question) -> Any:
         """The person's answer to a `human.ask` question (one question at a time)."""
         async with self._lock:
             return await self.approver.answer(step_id, question)
+
+    async def decide(
+        self,
+        step_id: str,
+        action: str,
+        params: Any,
+        reason: str,
+        validate: Callable[[Any], str | None] | None = None,
+        *,
+        replayed: bool = False,
+    ) -> Decision:
+        """The decision on one call, approving or not (with `edited_params` if the person
+        changed them); asked once per exact call.
+
+        Args:
+            replayed: the call's result will be served from a cassette (see
+                `GateRequest.replayed`). Decisions are remembered separately for replayed
+                and live calls, so a recorded decision never answers a live call.
+        """
+        digest = params_hash(params)
+        key = (step_id, action, digest, replayed)
+        async with self._lock:
+            decision = self._cache.get(key)
+            if decision is None:
+                decision = await self._ask(
+                    step_id, action, params, digest, reason, validate, replayed
+                )
+                self._cache[key] = decision
+                self.decisions.append(decision)
+        if decision.quit and self.on_quit is not None:
+            self.on_quit()
+        return decision
 
     async def check(
         self,
@@ -285,19 +328,12 @@ class Gatekeeper:
         params: Any,
         reason: str,
         validate: Callable[[Any], str | None] | None = None,
+        *,
+        replayed: bool = False,
     ) -> Decision:
-        """Return the approval (with `edited_params` if the person changed them), or raise
-        `ApprovalDenied` with the approver's reason."""
-        digest = params_hash(params)
-        key = (step_id, action, digest)
-        async with self._lock:
-            decision = self._cache.get(key)
-            if decision is None:
-                decision = await self._ask(step_id, action, params, digest, reason, validate)
-                self._cache[key] = decision
-                self.decisions.append(decision)
-        if decision.quit and self.on_quit is not None:
-            self.on_quit()
+        """Return the approval (as `decide`), or raise `ApprovalDenied` with the
+        approver's reason."""
+        decision = await self.decide(step_id, action, params, reason, validate, replayed=replayed)
         if not decision.approved:
             raise ApprovalDenied(decision.reason, step_id=step_id)
         return decision
@@ -310,11 +346,17 @@ class Gatekeeper:
         digest: str,
         reason: str,
         validate: Callable[[Any], str | None] | None,
+        replayed: bool,
     ) -> Decision:
         # The approver sees params with secrets redacted; the hash binds the real ones.
         shown = self.redact(params) if self.redact is not None else params
         request = GateRequest(
-            step_id=step_id, action=action, params=shown, params_hash=digest, reason=reason
+            step_id=step_id,
+            action=action,
+            params=shown,
+            params_hash=digest,
+            reason=reason,
+            replayed=replayed,
         )
         for _ in range(self.MAX_EDITS):
             try:

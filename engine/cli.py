@@ -19,9 +19,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import MutableMapping, Sequence
+from collections.abc import Coroutine, MutableMapping, Sequence
 from pathlib import Path
-from typing import Any, NoReturn, TextIO
+from typing import Any, NoReturn, TextIO, TypeVar
 
 import structlog
 from rich.console import Console
@@ -29,6 +29,7 @@ from rich.console import Console
 from capabilities import Registry, default_registry
 from capabilities._sanitize import neutralize
 from engine._console import LiveProgress, print_summary
+from engine._threads import DaemonThreadPool
 from engine.approval import (
     ApproveAll,
     Approver,
@@ -47,7 +48,7 @@ from engine.model import FallbackAction, Limits, LLMSettings, Plan, plan_json_sc
 from engine.policy import PolicyApprover, load_policy
 from engine.recording import RECORD_MODES, Cassette, OfflineModel, RecordMode, Tape
 from engine.render import plan_has_side_effects, render_graph, render_plan
-from engine.results import ReplayReport, RunResult, StepResult
+from engine.results import ReplayReport, RunResult, StepResult, Usage
 from engine.validation import validate_plan
 from planners.llm import LLMPlanner
 from planners.react import ReactAgent
@@ -55,6 +56,7 @@ from planners.react import ReactAgent
 __all__ = ["main"]
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REJECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+_T = TypeVar("_T")
 
 
 class _UsageError(Exception):
@@ -549,10 +551,12 @@ def run_session(
                     planned.append(chosen)
                 except StepError as exc:  # the model failed us: nothing ran
                     sys.stderr.write(f"planning failed: {exc.message}\n")
-                    failed = RunResult(run_id="-", status="failed", errors=[exc.message])
+                    failed = RunResult(
+                        run_id="-", status="failed", errors=[exc.message], usage=_spent(client)
+                    )
                     return failed, None
                 if chosen is None:
-                    return RunResult(run_id="-", status="rejected"), None
+                    return RunResult(run_id="-", status="rejected", usage=_spent(client)), None
             assert chosen is not None
             result, secrets = await execute(chosen, client, {})
             rounds = chosen.replan.max if chosen.replan and goal is not None else 0
@@ -600,7 +604,7 @@ def run_session(
     if tape is not None:
         sys.stderr.write(_tape_banner(tape))
     try:
-        result, secrets = asyncio.run(go())
+        result, secrets = _run_async(go())
     finally:
         if log_stream is not None:
             log_stream.close()
@@ -616,6 +620,16 @@ def run_session(
             inputs=inputs,
         )
     return result, secrets
+
+
+def _spent(client: LLMClient) -> Usage:
+    """What planning spent on the model, when no run followed (its calls, failed ones too)."""
+    budget = client.budget
+    return Usage(
+        llm_calls=budget.calls,
+        prompt_tokens=budget.prompt_tokens,
+        completion_tokens=budget.completion_tokens,
+    )
 
 
 def _print_result(args: argparse.Namespace, result: RunResult, secrets: Any) -> int:
@@ -836,6 +850,15 @@ def _live_view(args: argparse.Namespace, plan: Plan, events: EventBus) -> LivePr
     view = LiveProgress(Console(file=sys.stderr), [s.id for s in plan.all_steps()])
     events.subscribe(view)
     return view
+
+
+def _run_async(main: Coroutine[Any, Any, _T]) -> _T:
+    """`asyncio.run(main)`, on worker threads that cannot hold up the exit: a step cancelled
+    by Ctrl-C or its timeout may leave a thread running (a slow user function), and the
+    default executor would be waited for without bound (see `engine._threads`)."""
+    with asyncio.Runner() as runner:
+        runner.get_loop().set_default_executor(DaemonThreadPool())
+        return runner.run(main)
 
 
 async def _with_signals(executor: Executor) -> RunResult:

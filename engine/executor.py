@@ -15,7 +15,7 @@ import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -50,7 +50,13 @@ from engine.llm import ChatResult, LLMClient
 from engine.model import AgentSpec, FallbackAction, Plan, RetryPolicy, Step
 from engine.recording import Tape, TapeApprover, enter_scope
 from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
-from engine.templating import Template, ValueTemplate, compile_value
+from engine.templating import (
+    Namespace,
+    Template,
+    ValueTemplate,
+    compile_value,
+    find_templates,
+)
 
 __all__ = ["Executor", "run_plan"]
 
@@ -68,10 +74,23 @@ class _Action:
     agent: AgentSpec | None = None
     goal: ValueTemplate | None = None
     instructions: ValueTemplate | None = None
+    confirm: Literal["auto", "always", "never"] = "auto"
+    data_paths: frozenset[tuple[str | int, ...]] = field(init=False)
+    data_literals: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.data_paths = _data_paths(self.params.value)
+        self.data_literals = self.params.constants
 
     @property
     def is_agent(self) -> bool:
         return self.goal is not None or self.instructions is not None
+
+
+def _data_paths(raw: Any) -> frozenset[tuple[str | int, ...]]:
+    """Paths of the raw params whose text begins with a template: what a call finds there
+    is data (a file name, a step's output), not text the recipe's author wrote."""
+    return frozenset(path for path, text in find_templates(raw) if text.lstrip().startswith("${"))
 
 
 def _agent_action(spec: AgentSpec, timeout: float | None) -> _Action:
@@ -94,7 +113,9 @@ class _Compiled:
             self.primary = _agent_action(step.agent, step.timeout)
         else:
             assert step.tool is not None, "validation: a step has a tool or an agent"
-            self.primary = _Action(step.tool, compile_value(step.params), step.timeout)
+            self.primary = _Action(
+                step.tool, compile_value(step.params), step.timeout, confirm=step.confirm
+            )
         self.fallback: _Action | None = None
         fb = step.fallback
         if isinstance(fb, FallbackAction):
@@ -102,7 +123,14 @@ class _Compiled:
             if fb.agent is not None:
                 self.fallback = _agent_action(fb.agent, timeout)
             else:
-                self.fallback = _Action(fb.tool or "", compile_value(fb.params), timeout)
+                # A fallback's gate is its own: `confirm: never` waives only the step's
+                # own action, so a fallback with side effects is gated as under `auto`.
+                confirm: Literal["auto", "always"] = (
+                    "always" if step.confirm == "always" else "auto"
+                )
+                self.fallback = _Action(
+                    fb.tool or "", compile_value(fb.params), timeout, confirm=confirm
+                )
         elif isinstance(fb, str):
             self.fallback = _Action(
                 "agent", compile_value({}), step.timeout, instructions=compile_value(fb)
@@ -158,7 +186,8 @@ class Executor:
     ) -> None:
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
-        self.inputs = resolve_inputs(plan, inputs or {}, from_text=inputs_from_text)
+        # Namespaces: `inputs.keys` / `steps.items` are the input and the step, as validated.
+        self.inputs = Namespace(resolve_inputs(plan, inputs or {}, from_text=inputs_from_text))
         self.secrets = secrets if secrets is not None else Secrets.from_environ()
         self.events = events or EventBus(self.run_id)
         if self.events.redact is None:
@@ -198,7 +227,7 @@ class Executor:
         self.errors: list[str] = []
         self._compiled = {s.id: _Compiled(s) for s in plan.all_steps()}
         self._final_ids = frozenset(s.id for s in plan.finally_)
-        self._view: dict[str, dict[str, Any]] = {}
+        self._view: Namespace = Namespace()
         self._run_view: dict[str, Any] = {"id": self.run_id, "name": plan.name}
         self._graph_task: asyncio.Task[None] | None = None
         self._stop_reason: Literal["interrupted", "max_duration"] | None = None
@@ -476,8 +505,10 @@ class Executor:
                     action.params.render(context),
                     step_id=step.id,
                     attempt=attempt,
-                    confirm=step.confirm,
+                    confirm=action.confirm,
                     timeout=action.timeout,
+                    data_paths=action.data_paths,
+                    data_literals=action.data_literals,
                 )
         except StepError as exc:
             self.events.emit(
@@ -623,14 +654,24 @@ class Executor:
         params: Any,
         reason: str,
         validate: Callable[[Any], str | None],
+        /,
+        *,
+        replayed: bool = False,
     ) -> Any:
-        try:
-            decision = await self.gatekeeper.check(step_id, action, params, reason, validate)
-        except ApprovalDenied as exc:
+        decision = await self.gatekeeper.decide(
+            step_id, action, params, reason, validate, replayed=replayed
+        )
+        # Every decision is audited with its source (`by`): approved or not.
+        if not decision.approved:
             self.events.emit(
-                "gate.decided", step_id, action=action, approved=False, reason=exc.reason
+                "gate.decided",
+                step_id,
+                action=action,
+                approved=False,
+                by=decision.by,
+                reason=decision.reason,
             )
-            raise
+            raise ApprovalDenied(decision.reason, step_id=step_id)
         self.events.emit(
             "gate.decided",
             step_id,

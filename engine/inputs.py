@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from typing import Any
 
+from engine._limits import TooDeep, loads_json
 from engine.diagnostics import did_you_mean
 from engine.errors import InputError
 from engine.model import InputSpec, Plan
@@ -85,7 +85,9 @@ def _parse(name: str, spec: InputSpec, raw: str) -> Any:
             if text.lower() in _FALSE:
                 return False
             raise ValueError(text)
-        return json.loads(text)
+        return loads_json(text)
+    except TooDeep as exc:
+        raise InputError(f"input '{name}': {exc.message}; pass a flatter value") from None
     except ValueError as exc:
         example = {
             "integer": "42",

@@ -3,8 +3,9 @@
 Configuration comes from the CLI, then the environment (`PLANLOOM_MODEL`, `OPENAI_BASE_URL`,
 `OPENAI_API_KEY`), then the recipe's `llm:` block. Calls retry 429, 5xx, timeouts and
 connection errors with 1 s, 2 s, 4 s backoff (a `Retry-After` header wins); 400 is not
-retried; 401/403 and a missing key are `ConfigurationError`s, found by `preflight()` before
-any step runs. Every call counts against the run's budget and records tokens and latency.
+retried; 401/403 and a missing key are `ConfigurationError`s, found by `preflight()` (which
+lists the models and sends a one-token chat request) before any step runs. Every call, answered
+or failed, counts against the run's budget; answered ones record tokens and latency.
 openai's exceptions are translated here, once.
 """
 
@@ -26,6 +27,7 @@ import openai
 from pydantic import BaseModel, SecretStr, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from engine._limits import TooDeep, decode_json, loads_json
 from engine.errors import BudgetExceeded, ConfigurationError, StepFailed, StepTimeout
 from engine.model import LLMSettings
 
@@ -53,7 +55,17 @@ class LLMError(StepFailed):
 
 
 class NoJSON(LLMError):
-    """The model answered, but its answer holds no JSON value."""
+    """The model answered, but its answer holds no usable JSON value.
+
+    Attributes:
+        rule: `not-json`, or `too-deep` when the JSON nests deeper than `MAX_DEPTH`.
+    """
+
+    rule = "not-json"
+
+    def __init__(self, message: str, *, rule: str = "not-json") -> None:
+        super().__init__(message)
+        self.rule = rule
 
 
 class _NotACompletion(Exception):
@@ -119,7 +131,15 @@ def _is_loopback(url: str | None) -> bool:
 
 @dataclass
 class Budget:
-    """What a run may still spend on models."""
+    """What a run may still spend on models, and what it has spent.
+
+    `calls` counts logical model calls: every chat request the run sent, answered or
+    failed (a 400, a 401, a 5xx after its retries, a timeout, a malformed answer), once
+    each however many times it was retried, and every answer or failure a replay served
+    in their place; `limits.max_llm_calls` and `usage.llm_calls` are this number. The
+    preflight probe is not counted. Tokens are those the endpoint reported for answered
+    calls.
+    """
 
     max_calls: int | None = None
     max_tokens: int | None = None
@@ -215,25 +235,41 @@ class LLMClient:
         await self.client.close()
 
     async def preflight(self) -> None:
-        """Fail before any step runs if the endpoint refuses the key.
+        """Fail before any step runs if the endpoint refuses the key or cannot be reached.
+
+        Two requests: `GET /models` (is anything there?), then a one-token chat completion
+        (`max_tokens=1`), because some endpoints answer `/models` to anyone and refuse the
+        key only on the chat endpoint the run uses. The probe is a check, not part of the
+        run: it is not counted in the budget or in `usage`, and never recorded in a
+        cassette. Only 401/403 (and no connection at all) fail: any other answer to the
+        probe (a 400 for `max_tokens` on models that want `max_completion_tokens`, a 429,
+        a 5xx, a slow answer) is left for the run's own calls, which retry and report it.
 
         Raises:
             ConfigurationError: 401/403, or the endpoint cannot be reached at all.
         """
+        where = self.config.base_url or "https://api.openai.com/v1"
         try:
             await self.client.models.list()
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise ConfigurationError(
-                f"the model endpoint refused the API key ({exc.status_code}): check "
-                "OPENAI_API_KEY and --base-url"
-            ) from exc
+            raise _refused(exc, f"{where}/models") from exc
         except openai.APIConnectionError as exc:
             raise ConfigurationError(
-                f"cannot reach the model endpoint {self.config.base_url or 'api.openai.com'}: "
-                f"{type(exc).__name__}"
+                f"cannot reach the model endpoint {where}: {type(exc).__name__}; check "
+                "--base-url (or OPENAI_BASE_URL) and that the server is running"
             ) from exc
         except openai.APIStatusError:
-            pass  # no /models on this server (some compatible servers): the key is checked later
+            pass  # no /models on this server (some compatible servers): the probe checks
+        try:
+            await self.client.chat.completions.create(
+                model=self.config.model,
+                messages=[{"role": "user", "content": "Reply with one word: ok"}],
+                max_tokens=1,
+            )
+        except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
+            raise _refused(exc, f"{where}/chat/completions") from exc
+        except (openai.APIError, ValueError):
+            pass  # not a key problem: the run's own calls retry it and report it
 
     async def chat(
         self,
@@ -276,6 +312,7 @@ class LLMClient:
             reraise=True,
         )
         started = time.monotonic()
+        self.budget.calls += 1  # counted when sent: a call that fails is still a call made
         try:
             async for attempt in retrying:
                 with attempt:
@@ -302,13 +339,12 @@ class LLMClient:
         return self._account(response, time.monotonic() - started)
 
     def _count(self, result: ChatResult) -> None:
-        """Count a replayed answer as its live call was counted."""
+        """Count a replayed answer (or recorded failure) as its live call was counted."""
         self.budget.calls += 1
         self.budget.prompt_tokens += result.prompt_tokens
         self.budget.completion_tokens += result.completion_tokens
 
     def _account(self, response: Any, latency: float) -> ChatResult:
-        self.budget.calls += 1
         self.budget.latency += latency
         usage = getattr(response, "usage", None)
         prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
@@ -377,23 +413,21 @@ def extract_json(text: str) -> Any:
     """The first JSON value in `text`: all of it, a fenced block, or the first {...}/[...].
 
     Raises:
-        NoJSON: no JSON value could be found.
+        NoJSON: no JSON value could be found, or it nests deeper than `MAX_DEPTH` (its
+            `rule` is then `too-deep`: a value nested in it is not the answer either).
     """
     candidates = [text.strip()]
     candidates += re.findall(r"```(?:json)?\s*(.*?)```", text, re.S)
-    decoder = json.JSONDecoder()
-    for candidate in candidates:
-        try:
-            return json.loads(candidate)
-        except ValueError:
-            pass
-    for index, char in enumerate(text):
-        if char in "{[":
-            try:
-                value, _ = decoder.raw_decode(text, index)
-                return value
-            except ValueError:
-                continue
+    try:
+        for candidate in candidates:
+            with contextlib.suppress(json.JSONDecodeError):
+                return loads_json(candidate)
+        for index, char in enumerate(text):
+            if char in "{[":
+                with contextlib.suppress(json.JSONDecodeError):
+                    return decode_json(text, index)[0]
+    except TooDeep as exc:
+        raise NoJSON(f"the model's answer is unusable: {exc.message}", rule=exc.rule) from None
     raise NoJSON(f"the model's answer holds no JSON: {text[:200]!r}")
 
 
@@ -425,3 +459,13 @@ def _message(exc: openai.APIStatusError) -> str:
         if isinstance(error, dict) and error.get("message"):
             return str(error["message"])[:500]
     return str(exc)[:500]
+
+
+def _refused(exc: openai.APIStatusError, endpoint: str) -> ConfigurationError:
+    """The configuration error for a 401/403: which endpoint, and what to fix."""
+    # The server's message is left out: some echo part of the key they refused.
+    return ConfigurationError(
+        f"the model endpoint {endpoint} refused the API key ({exc.status_code}): check "
+        "OPENAI_API_KEY, --base-url (or OPENAI_BASE_URL) and --model (or PLANLOOM_MODEL); "
+        "nothing was run"
+    )

@@ -33,6 +33,10 @@ The policy sees the params the approver is shown, with secrets already redacted 
 
 Only gated calls reach the policy (side effects, or `confirm: always`); read-only calls
 run without asking, so a rule about them has no effect under `confirm: auto`.
+
+A decision's `by` names the rule that made it: `policy:N` (rule N, 1-based), `policy:default`
+(no rule matched), `policy:N→terminal` (rule N asked the person, who decided),
+`policy:N→fail-closed` (it asked, and nobody could answer).
 """
 
 from __future__ import annotations
@@ -140,7 +144,7 @@ class PolicyApprover:
         # A re-ask after the person's edit failed the schema is a conversation with them;
         # the policy checks whatever they finally approve (see `_ask`).
         if request.problem is not None:
-            return await self._ask(request, "asked again after a refused edit")
+            return await self._ask(request, "asked again after a refused edit", _RE_ASK)
         found = self.policy.match(request.action, request.params)
         if found is None:
             if self.policy.default == "deny":
@@ -149,34 +153,37 @@ class PolicyApprover:
                     False,
                     f"denied by policy: no rule in {self.policy.origin} matches "
                     f"{request.action} and the default is deny; add a rule for it",
+                    _DEFAULT,
                 )
-            return await self._ask(request, f"no policy rule matches {request.action}")
+            return await self._ask(request, f"no policy rule matches {request.action}", _DEFAULT)
         number, rule = found
-        label = rule.label(number)
+        label, source = rule.label(number), _source(number)
         if rule.decision == "allow":
-            return _decision(request, True, f"{label} allows" + _colon(rule.reason))
+            return _decision(request, True, f"{label} allows" + _colon(rule.reason), source)
         if rule.decision == "deny":
-            return _decision(request, False, f"denied by {label}" + _colon(rule.reason))
-        return await self._ask(request, f"{label} asks" + _colon(rule.reason))
+            return _decision(request, False, f"denied by {label}" + _colon(rule.reason), source)
+        return await self._ask(request, f"{label} asks" + _colon(rule.reason), source)
 
     async def answer(self, step_id: str, question: Question) -> Any:
         if self.ask is not None:
             return await self.ask.answer(step_id, question)
         return _unattended(question, "policy file, no terminal")
 
-    def _refusal(self, action: str, params: Any) -> str | None:
-        """Why the policy denies outright a call with these params; None if it does not."""
+    def _refusal(self, action: str, params: Any) -> tuple[str, str] | None:
+        """Why the policy denies outright a call with these params, and the source of
+        that denial (`policy:N`); None if it does not."""
         found = self.policy.match(action, params)
         if found is None:
             if self.policy.default == "deny":
-                return f"matched by no rule in {self.policy.origin} and the default is deny"
+                why = f"matched by no rule in {self.policy.origin} and the default is deny"
+                return why, _DEFAULT
             return None
         number, rule = found
         if rule.decision == "deny":
-            return f"denied by {rule.label(number)}" + _colon(rule.reason)
+            return f"denied by {rule.label(number)}" + _colon(rule.reason), _source(number)
         return None
 
-    async def _ask(self, request: GateRequest, why: str) -> Decision:
+    async def _ask(self, request: GateRequest, why: str, source: str) -> Decision:
         if self.ask is None:
             return _decision(
                 request,
@@ -184,6 +191,7 @@ class PolicyApprover:
                 f"{why}; it needs a person and there is no terminal to ask: run in a "
                 f"terminal to answer, pass --yes to approve what the policy asks about, or "
                 f"change the rule in {self.policy.origin}",
+                f"{source}→fail-closed",
             )
         decision = await self.ask.decide(request)
         # The person may edit the params before approving: an edit must not walk a call
@@ -192,11 +200,12 @@ class PolicyApprover:
         if decision.approved and edited is not None:
             refusal = self._refusal(request.action, edited)
             if refusal is not None:
-                return _decision(request, False, f"{why}; the edited params are {refusal}")
+                text, denier = refusal
+                return _decision(request, False, f"{why}; the edited params are {text}", denier)
         verdict = "approved" if decision.approved else "denied"
         return decision.model_copy(
             update={
-                "by": f"policy→{decision.by}",
+                "by": f"{source}→{decision.by}",
                 "reason": f"{why}; {verdict} by {decision.by}" + _colon(decision.reason),
             }
         )
@@ -527,12 +536,21 @@ def _colon(text: str | None) -> str:
     return f": {text}" if text else ""
 
 
-def _decision(request: GateRequest, approved: bool, reason: str) -> Decision:
+_DEFAULT = "policy:default"
+_RE_ASK = "policy:re-ask"  # the person's edit failed the schema: asked again
+
+
+def _source(number: int) -> str:
+    """The `by` of a decision made by rule `number`."""
+    return f"policy:{number}"
+
+
+def _decision(request: GateRequest, approved: bool, reason: str, source: str) -> Decision:
     return Decision(
         step_id=request.step_id,
         action=request.action,
         params_hash=request.params_hash,
         approved=approved,
-        by="policy",
+        by=source,
         reason=reason,
     )

@@ -21,6 +21,12 @@ never calls a model or makes a side effect; a request with no recording raises
 field-level diff. Modes are vcrpy's: `none` (replay only), `once` (replay if the cassette
 exists, else record), `new_episodes` (replay what is recorded, record what is new) and `all`
 (record everything again).
+
+A recorded decision answers only a call whose result is served from the cassette too
+(`Tape.serves`, asked before the gate): a call that will run live is always decided by the
+live approver (terminal, `--yes`, `--no`, policy, or fail closed), whatever the cassette's
+`approvals:` say, so an entry added by hand cannot approve a side effect. Decisions served
+from a cassette say `by: recorded`.
 """
 
 from __future__ import annotations
@@ -40,16 +46,17 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
-from ruamel.yaml.error import YAMLError
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from capabilities._secrets import Secrets
 from capabilities.human import Question
 from engine.approval import Approver, GateRequest
+from engine.diagnostics import render_diagnostics
 from engine.errors import (
     BudgetExceeded,
     CapabilityDenied,
     ConfigurationError,
+    PlanValidationError,
     ReplayMismatch,
     StepError,
     StepFailed,
@@ -62,6 +69,7 @@ from engine.results import Decision
 __all__ = [
     "PLANNER",
     "PLAN_REVIEW",
+    "RECORDED",
     "RECORD_MODES",
     "Cassette",
     "OfflineModel",
@@ -82,6 +90,8 @@ PLANNER = "(planner)"
 """The scope of the planner's model calls (step ids cannot contain parentheses)."""
 PLAN_REVIEW = "(plan)"
 """The scope of the decision on a model-written plan."""
+RECORDED = "recorded"
+"""The `by` of a decision served from a cassette."""
 
 _scope: ContextVar[str | None] = ContextVar("planloom_scope", default=None)
 
@@ -234,10 +244,7 @@ class Cassette(_Entry):
             raise ConfigurationError(f"cassette {path}: {exc.strerror or exc}") from exc
         except UnicodeDecodeError as exc:
             raise ConfigurationError(f"cassette {path}: not UTF-8 text ({exc.reason})") from exc
-        try:
-            data = YAML(typ="safe", pure=False).load(text)
-        except YAMLError as exc:
-            raise ConfigurationError(f"cassette {path}: not valid YAML: {exc}") from exc
+        data = _read_yaml(text, str(path))
         if not isinstance(data, dict) or "planloom_cassette" not in data:
             raise ConfigurationError(
                 f"cassette {path}: not a planloom cassette (no 'planloom_cassette:' version); "
@@ -353,6 +360,22 @@ def _block_safe(text: str) -> bool:
         and all(line == line.rstrip() for line in lines)
         and all(ch.isprintable() or ch == "\n" for ch in text)
     )
+
+
+def _read_yaml(text: str, file: str) -> Any:
+    """A cassette's data, through the recipe reader and its caps: cassettes are user files,
+    so an alias bomb or 10,000 nested brackets in one is a located error, not a crash."""
+    from planners.recipe import parse_recipe_text
+
+    try:
+        data, source = parse_recipe_text(text, file)
+    except PlanValidationError as exc:
+        raise ConfigurationError(
+            f"cassette {file}: not valid YAML:\n{render_diagnostics(exc.diagnostics, None)}"
+        ) from None
+    if source.problems:  # duplicate or merge keys: the file was edited, and is ambiguous
+        raise ConfigurationError(f"cassette {file}: {render_diagnostics(source.problems, source)}")
+    return data
 
 
 def _yaml_text(data: Any) -> str:
@@ -553,6 +576,7 @@ class Tape:
             entry = self._take(self._llm, (scope, key, ordinal))
             if entry is not None:
                 if entry.error is not None or entry.response is None:
+                    served(ChatResult())  # the live call failed, and was counted all the same
                     raise _rebuild(
                         entry.error or RecordedError(type="LLMError", message="no answer"),
                         _step_of(scope),
@@ -613,6 +637,46 @@ class Tape:
 
     # -- tool calls --------------------------------------------------------------------
 
+    def serves(
+        self,
+        step_id: str,
+        attempt: int,
+        action: str,
+        params: Any,
+        *,
+        read_only: bool,
+        recorded: bool = True,
+    ) -> bool:
+        """Whether this call will be answered from the cassette, nothing run: asked before
+        the call's gate, since only such a call may be approved by a recorded decision.
+
+        A pure replay runs nothing (a call with no recording fails as a mismatch), except
+        read-only calls under `live_tools`. With `new_episodes`, a call is served when its
+        result is recorded, for these params or for params a recorded decision edited them
+        to; a call whose result is not recorded itself (`recorded` false: its model's or
+        person's answers are) may reach a live model, so it is not.
+        """
+        if not self.replaying or (self.live_tools and read_only):
+            return False
+        if not self.recording:
+            return True
+        if not recorded:
+            return False
+        scope = current_scope() or step_id
+        digest = _digest(self.redact(params))
+        digests = {digest} | {
+            _digest(self.redact(e.edited_params))
+            for e in self.recorded.approvals
+            if (e.step, e.action, e.params_hash) == (step_id, action, digest)
+            and e.approved
+            and e.edited_params is not None
+        }
+        return any(
+            (scope, attempt, action, d, self._ordinals["tool", scope, attempt, action, d])
+            in self._tools
+            for d in digests
+        )
+
     async def tool(
         self,
         step_id: str,
@@ -622,11 +686,14 @@ class Tape:
         *,
         read_only: bool,
         run: Callable[[], Awaitable[Any]],
+        replayed: bool = False,
     ) -> Any:
         """The call's result: the recording, or a live run that is recorded.
 
         In a replay, side effects are never made; read-only calls run live only with
-        `live_tools`.
+        `live_tools`. `replayed` says the gate was asked on the promise that this call is
+        served (`serves`), so a recorded decision may have approved it: if it cannot be
+        served after all, it fails as a mismatch rather than run live.
         """
         scope = current_scope() or step_id
         shown = self.redact(params)
@@ -643,6 +710,14 @@ class Tape:
             if entry is None and not self.recording and not live_read:
                 raise self._fail(
                     self._tool_miss(scope, attempt, action, shown, digest, ordinal), step_id
+                )
+            if replayed:
+                raise self._fail(
+                    f"replay: {_where(scope)} (attempt {attempt}) called {action} on the "
+                    f"promise that {self.path} holds its result (params hash {digest}, "
+                    f"repeat #{ordinal}), but it does not: it would run live under a "
+                    f"recorded decision, so nothing was run\n{_HOW}",
+                    step_id,
                 )
             if entry is not None:  # --live-tools: run it, the recording stands
                 return await run()
@@ -697,10 +772,13 @@ class Tape:
     async def decide(
         self, request: GateRequest, live: Callable[[GateRequest], Awaitable[Decision]]
     ) -> Decision:
+        """The decision on a gated call: the recorded one if the call is served from the
+        cassette (`request.replayed`), else the live approver's (recorded when recording).
+        """
         shown = self.redact(request.params)
         digest = _digest(shown)
         ordinal = self._next("gate", request.step_id, request.action, digest)
-        if self.replaying:
+        if self.replaying and request.replayed:
             entry = self._take(self._approvals, (request.step_id, request.action, digest, ordinal))
             if entry is not None:
                 return Decision(
@@ -708,7 +786,7 @@ class Tape:
                     action=request.action,
                     params_hash=request.params_hash,
                     approved=entry.approved,
-                    by=entry.by,
+                    by=RECORDED,
                     reason=entry.reason,
                     edited_params=entry.edited_params,
                     quit=entry.quit,
@@ -883,11 +961,19 @@ class Tape:
             return False
         cassette = self.cassette
         if self.mode == "new_episodes":
+            # A live decision replaces a recorded one for the same gate: the recorded one
+            # answered nothing (its call ran live), and a cassette holds one per gate.
+            decided = {(e.step, e.action, e.params_hash, e.ordinal) for e in cassette.approvals}
+            kept = [
+                e
+                for e in self.recorded.approvals
+                if (e.step, e.action, e.params_hash, e.ordinal) not in decided
+            ]
             cassette = cassette.model_copy(
                 update={
                     "llm": [*self.recorded.llm, *cassette.llm],
                     "tools": [*self.recorded.tools, *cassette.tools],
-                    "approvals": [*self.recorded.approvals, *cassette.approvals],
+                    "approvals": [*kept, *cassette.approvals],
                     "answers": [*self.recorded.answers, *cassette.answers],
                 }
             )
@@ -954,8 +1040,9 @@ class OfflineModel:
 
 
 class TapeApprover:
-    """An approver whose decisions and answers go through a tape: recorded ones are
-    replayed; new ones are asked of `inner` (and recorded, when recording)."""
+    """An approver whose decisions and answers go through a tape: a recorded decision
+    answers a call served from the cassette (`GateRequest.replayed`); every other call is
+    asked of `inner` (and recorded, when recording). Answers are replayed when recorded."""
 
     def __init__(self, tape: Tape, inner: Approver) -> None:
         self.tape = tape

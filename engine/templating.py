@@ -7,6 +7,11 @@ dict key or list index, which keeps templating off the per-step hot path; anythi
 through the sandbox, with the same result. Besides Jinja's own, templates have the tests
 `match` and `search` (regex) and the filters `regex_replace`, `fromjson`, `basename` and
 `split`; an unknown filter or test is reported when the plan is validated.
+
+Templates are hostile input (a model writes them; a read-only plan runs without approval),
+so they run in `engine._template_limits.BoundedEnvironment`: every render has a deadline and
+every value a template builds a size limit, and too deep a template is a syntax error.
+Regex tests and filters go through `engine._regex`, bounded by the render's deadline.
 """
 
 from __future__ import annotations
@@ -21,11 +26,29 @@ from typing import Any
 
 import jinja2
 from jinja2 import nodes
-from jinja2.sandbox import ImmutableSandboxedEnvironment
 
+from engine import _regex
+from engine._template_limits import (
+    BoundedEnvironment,
+    TemplateLimit,
+    budget,
+    check_depth,
+    check_size,
+    checked_nodes,
+    deadline,
+    finalize,
+    size_of,
+)
 from engine.errors import TemplateError
 
-__all__ = ["Reference", "Template", "ValueTemplate", "compile_value", "find_templates"]
+__all__ = [
+    "Namespace",
+    "Reference",
+    "Template",
+    "ValueTemplate",
+    "compile_value",
+    "find_templates",
+]
 
 MARK = "${{"
 _WHOLE = re.compile(r"^\s*\$\{\{(?P<expr>.*)\}\}\s*$", re.S)
@@ -39,20 +62,33 @@ Reference = tuple[str | int, ...]
 """A path read by a template, from its root name: `("steps", "log", "output")`."""
 
 
-def _finalize(value: Any) -> Any:
-    return "" if value is None else value
-
-
 def _match(value: Any, pattern: str) -> bool:
-    return isinstance(value, str) and re.match(pattern, value) is not None
+    return isinstance(value, str) and _user_regex(_regex.match, pattern, value) is not None
 
 
 def _search(value: Any, pattern: str) -> bool:
-    return isinstance(value, str) and re.search(pattern, value) is not None
+    return isinstance(value, str) and _user_regex(_regex.search, pattern, value) is not None
 
 
 def _regex_replace(value: str, pattern: str, replacement: str = "") -> str:
-    return re.sub(pattern, replacement, value)
+    written = 0
+
+    def expand(found: Any) -> str:  # counts what it writes: `\g<0>` can repeat the input
+        nonlocal written
+        text: str = found.expand(replacement)
+        written += len(text)
+        check_size(len(value) + written, "regex_replace")
+        return text
+
+    result: str = _user_regex(_regex.sub, pattern, expand, value)
+    return result
+
+
+def _user_regex(run: Callable[..., Any], pattern: str, *args: Any) -> Any:
+    try:
+        return run(pattern, *args, deadline=deadline())
+    except _regex.RegexTimeout as exc:
+        raise TemplateLimit(str(exc)) from exc
 
 
 def _fromjson(value: str) -> Any:
@@ -67,7 +103,25 @@ def _split(value: str, separator: str | None = None, maxsplit: int = -1) -> list
     return value.split(separator, maxsplit)
 
 
-_env = ImmutableSandboxedEnvironment(
+class Namespace(dict[str, Any]):
+    """A mapping templates read by name: `steps` and `inputs`.
+
+    Jinja looks `steps.get` up as an attribute first, which finds the dict method (and the
+    sandbox refuses `steps.pop`); in a namespace the entry wins, so every id validation
+    accepts can be referenced: `${{ steps.items.output }}` is the step `items`.
+    """
+
+    __slots__ = ()
+
+
+class _Sandbox(BoundedEnvironment):
+    def getattr(self, obj: Any, attribute: str) -> Any:
+        if type(obj) is Namespace and attribute in obj:
+            return obj[attribute]
+        return super().getattr(obj, attribute)
+
+
+_env = _Sandbox(
     variable_start_string="${{",
     variable_end_string="}}",
     block_start_string="${%",
@@ -77,13 +131,15 @@ _env = ImmutableSandboxedEnvironment(
     undefined=jinja2.StrictUndefined,
     autoescape=False,
     keep_trailing_newline=True,
-    finalize=_finalize,
+    finalize=finalize,
 )
 # Helpers recipes keep needing (as in Ansible and GitHub Actions): regex tests and filters.
 _env.tests.update(match=_match, search=_search)
 _env.filters.update(
     regex_replace=_regex_replace, fromjson=_fromjson, basename=_basename, split=_split
 )
+_env.guard_all()
+_REGEX_TAKERS = {(nodes.Test, "match"), (nodes.Test, "search"), (nodes.Filter, "regex_replace")}
 
 
 def filter_names() -> list[str]:
@@ -106,6 +162,8 @@ class Template:
     locals: set[str] = field(default_factory=set)
     unknown_filters: list[str] = field(default_factory=list)
     unknown_tests: list[str] = field(default_factory=list)
+    constants: frozenset[str] = frozenset()
+    """The string literals written inside the template (`'-l'` in `${{ ['wc', '-l'] }}`)."""
     _path: tuple[str, tuple[str | int, ...]] | None = None
 
     @classmethod
@@ -114,7 +172,8 @@ class Template:
         """Parse `source`.
 
         Raises:
-            jinja2.TemplateSyntaxError: the template is malformed.
+            jinja2.TemplateSyntaxError: the template is malformed, nested too deeply, or
+                gives a literal regex that does not compile.
         """
         match = _WHOLE.match(source)
         expression = None
@@ -124,9 +183,12 @@ class Template:
             root, parts = _split_path(expression)
             if root not in _NOT_NAMES:
                 return cls(source, expression, [(root, *parts)], _path=(root, parts))
-        tree = _env.parse(source)
+        tree = _parse(source)
         references, local_names = _references(tree)
-        template = cls(source, expression, references, local_names)
+        constants = frozenset(
+            n.value for n in tree.find_all(nodes.Const) if isinstance(n.value, str)
+        )
+        template = cls(source, expression, references, local_names, constants=constants)
         # Jinja looks filter and test names up only when compiling: check them here, so
         # validation reports them instead of the run failing later.
         template.unknown_filters = sorted(
@@ -148,20 +210,50 @@ class Template:
             if value is not _MISS:
                 return value
         try:
-            if self.expression is not None:
-                result = _expression(self.expression)(**context)
-                if isinstance(result, jinja2.Undefined):
-                    str(result)  # raises UndefinedError with Jinja's own message
-                return result
-            return _template(self.source).render(**context)
-        except jinja2.TemplateError as exc:
-            raise TemplateError(f"template {self.source.strip()!r} failed: {exc}") from exc
+            with budget():
+                return self._evaluate(context)
+        except (jinja2.TemplateError, TemplateLimit) as exc:
+            raise TemplateError(f"template {self._shown()} failed: {exc}") from exc
         except TemplateError:
             raise
-        except Exception as exc:  # a filter or operator raised inside the template
+        except Exception as exc:  # a filter or operator raised inside; RecursionError too
             raise TemplateError(
-                f"template {self.source.strip()!r} failed: {type(exc).__name__}: {exc}"
+                f"template {self._shown()} failed: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def _evaluate(self, context: Mapping[str, Any]) -> Any:
+        if self.expression is None:
+            return _template(self.source).render(**context)
+        result = _expression(self.expression)(**context)
+        if isinstance(result, jinja2.Undefined):
+            str(result)  # raises UndefinedError with Jinja's own message
+        check_size(size_of(result), "the value")
+        return result
+
+    def _shown(self) -> str:
+        text = self.source.strip()
+        return repr(text if len(text) <= 200 else text[:200] + "...")
+
+
+def _parse(source: str) -> nodes.Template:
+    """Jinja's parse tree for `source`, refused if too deep or with a bad literal regex."""
+    check_depth(_env, source)
+    try:
+        tree = _env.parse(source)
+    except RecursionError as exc:  # `not not not ...`, `- - - x`: recursive in the parser
+        raise jinja2.TemplateSyntaxError(
+            "template nested too deeply; split it into steps", 1
+        ) from exc
+    for node in checked_nodes(tree):  # also refuses too deep a tree, for Jinja's compiler
+        if not isinstance(node, nodes.Test | nodes.Filter):
+            continue
+        literal = node.args[0] if node.args else None
+        if (type(node), node.name) in _REGEX_TAKERS and isinstance(literal, nodes.Const):
+            try:
+                _regex.compile_pattern(str(literal.value))
+            except ValueError as exc:
+                raise jinja2.TemplateSyntaxError(f"{node.name}: {exc}", node.lineno) from exc
+    return tree
 
 
 _MISS = object()
@@ -258,9 +350,20 @@ class ValueTemplate:
     def is_static(self) -> bool:
         return not self.templates
 
+    @property
+    def constants(self) -> frozenset[str]:
+        """The string literals written inside any of its templates."""
+        return frozenset().union(*(t.constants for t in self.templates))
+
     def render(self, context: Mapping[str, Any]) -> Any:
-        """The value with every template evaluated (the value itself when it has none)."""
-        return self._render(context)
+        """The value with every template evaluated (the value itself when it has none).
+
+        Its templates share one time budget (`engine._template_limits.RENDER_SECONDS`).
+        """
+        if not self.templates:
+            return self._render(context)
+        with budget():
+            return self._render(context)
 
 
 def compile_value(value: Any) -> ValueTemplate:

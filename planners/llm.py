@@ -126,8 +126,8 @@ class LLMPlanner:
             text: str | None = None
             try:
                 answer = await self.client.chat_json(messages, PLAN_SCHEMA, name="plan")
-            except NoJSON as exc:  # an answer with no JSON is a problem to repair too
-                answer, diagnostics = None, [_no_json(file, exc.message)]
+            except NoJSON as exc:  # an answer with no (usable) JSON is a problem to repair too
+                answer, diagnostics = None, [_no_json(file, exc.message, exc.rule)]
             else:
                 diagnostics = []
             if answer is not None:
@@ -227,12 +227,8 @@ def _repair_request(diagnostics: list[Diagnostic], text: str | None) -> str:
     )
 
 
-def _no_json(file: str, message: str) -> Diagnostic:
-    return Diagnostic(
-        file=file,
-        line=1,
-        column=1,
-        rule="not-json",
-        message=message,
-        hint='answer with one JSON object: {"goal": ..., "steps": [...]}',
-    )
+def _no_json(file: str, message: str, rule: str) -> Diagnostic:
+    hint = 'answer with one JSON object: {"goal": ..., "steps": [...]}'
+    if rule == "too-deep":
+        hint = "keep params flat: a plan needs only a few levels of nesting"
+    return Diagnostic(file=file, line=1, column=1, rule=rule, message=message, hint=hint)

@@ -16,6 +16,7 @@ from typing import Any
 
 import jsonschema
 
+from engine._limits import loads_json
 from engine.agent import AgentTask, ToolSpec, TranscriptEntry, tool_name_for
 from engine.errors import BudgetExceeded, ReplayMismatch, StepError, StepFailed
 from engine.llm import ChatResult, LLMClient, extract_json
@@ -136,7 +137,7 @@ class ReactAgent:
                 names = ", ".join(offered) or "none"
                 return f"error: there is no tool '{name}'. Tools: {names}", True
             try:
-                arguments = json.loads(raw or "{}")
+                arguments = loads_json(raw or "{}")
                 if not isinstance(arguments, dict):
                     raise ValueError("arguments must be a JSON object")
             except ValueError as exc:

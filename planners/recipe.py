@@ -1,23 +1,35 @@
 """Load YAML recipes into plain data plus a `SourceMap`, then into a validated `Plan`.
 
-ruamel.yaml composes the node tree (with the C parser when it is installed, ~6x faster on
-large recipes); this module turns nodes into data itself so that duplicate keys and an
-unquoted `{{` are reported with their positions instead of stopping at the first problem.
+ruamel.yaml parses (with the C parser when it is installed, ~6x faster on large recipes);
+this module composes the node tree itself, under the caps of `engine._limits` (nesting
+depth, node count, alias expansion), and turns nodes into data itself so that duplicate
+keys and an unquoted `{{` are reported with their positions instead of stopping at the
+first problem. Policies, `--capabilities` files and cassettes are read here too.
 """
 
 from __future__ import annotations
 
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ruamel.yaml import YAML
+from ruamel.yaml.composer import ComposerError
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
+from ruamel.yaml.events import (
+    AliasEvent,
+    MappingStartEvent,
+    ScalarEvent,
+    SequenceStartEvent,
+    StreamEndEvent,
+)
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 from ruamel.yaml.resolver import VersionedResolver
 
 from capabilities import Registry
 from engine._gc import collector_paused
+from engine._limits import MAX_ALIAS_NODES, MAX_DEPTH, MAX_NODES
 from engine.diagnostics import Diagnostic, NodePath, SourceMap
 from engine.errors import RecipeSyntaxError
 from engine.model import Plan
@@ -72,12 +84,15 @@ def parse_recipe_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap
     are left in `source.problems`, which `validate_plan` reports with every other problem.
 
     Raises:
-        RecipeSyntaxError: the text is not YAML, or is empty.
+        RecipeSyntaxError: the text is not YAML, or is empty, or passes a cap of
+            `engine._limits` (nesting depth, nodes, alias expansion).
     """
     source = SourceMap(file=file, lines=text.splitlines())
     try:
         with collector_paused():
             node = _compose(text)
+    except _LimitExceeded as exc:
+        raise RecipeSyntaxError([exc.diagnostic(file)]) from None
     except MarkedYAMLError as exc:
         raise RecipeSyntaxError([_yaml_error(exc, source)]) from exc
     except YAMLError as exc:
@@ -111,15 +126,210 @@ class _OnceResolver(VersionedResolver):
 
 
 def _compose(text: str) -> Node | None:
+    """The document's node tree, composed under the caps of `engine._limits`.
+
+    ruamel parses (in C when it can) and this module composes: ruamel's composers recurse
+    once per nesting level (the C one overflows the C stack on deep input) and share one
+    node per anchor, so a few hundred bytes of aliases-of-aliases only blow up later, when
+    the tree is turned into data. Composing here counts every node as it will be expanded
+    and stops at the cap, with the document's own position.
+    """
+    yaml = YAML(typ="safe", pure=False)
+    yaml.Resolver = _OnceResolver
+    loader, parser = yaml.get_constructor_parser(text)
+    # With the C parser one object parses and resolves; the pure parser has a resolver apart.
+    resolver = loader if hasattr(loader, "resolve") else yaml.resolver
     try:
-        yaml = YAML(typ="safe", pure=False)
-        yaml.Resolver = _OnceResolver
-        node: Node | None = yaml.compose(text)
-    except AttributeError:  # pragma: no cover - the C parser is missing; use the pure one
-        yaml = YAML(typ="safe", pure=True)
-        yaml.Resolver = _OnceResolver
-        node = yaml.compose(text)
-    return node
+        return _Composer(parser, resolver).single_node()
+    finally:
+        parser.dispose()
+
+
+class _LimitExceeded(Exception):
+    """A cap of `engine._limits` was passed while composing, at `mark`."""
+
+    def __init__(self, mark: Any, rule: str, message: str, hint: str) -> None:
+        super().__init__(message)
+        self.mark, self.rule, self.message, self.hint = mark, rule, message, hint
+
+    def diagnostic(self, file: str) -> Diagnostic:
+        line, column = self.mark.line + 1, self.mark.column + 1
+        return Diagnostic(
+            file=file,
+            line=line,
+            column=column,
+            rule=self.rule,
+            message=self.message,
+            hint=self.hint,
+        )
+
+
+@dataclass(slots=True)
+class _Open:
+    """A list or mapping being composed: its expanded size and height so far."""
+
+    node: SequenceNode | MappingNode
+    anchor: str | None
+    size: int = 1
+    height: int = 1
+    key: Node | None = None  # a mapping's key waiting for its value
+
+
+class _Composer:
+    """Events → nodes without recursion, counting what aliases would expand to.
+
+    `size` is the number of nodes a subtree expands to (aliases copied out), `height` the
+    number of nested lists/mappings in it. An alias adds its anchor's size and puts its
+    anchor's height under the current depth, so caps hold for the data the builder makes.
+    """
+
+    def __init__(self, parser: Any, resolver: Any) -> None:
+        self.parser = parser
+        self.resolve = resolver.resolve
+        self.anchors: dict[str, tuple[Node, int, int]] = {}
+        self.tags: dict[str, Any] = {}
+        self.nodes = 0
+        self.aliased = 0
+
+    def single_node(self) -> Node | None:
+        parser = self.parser
+        parser.get_event()  # stream start
+        if parser.check_event(StreamEndEvent):
+            parser.get_event()
+            return None
+        parser.get_event()  # document start
+        node = self._document()
+        parser.get_event()  # document end
+        if not parser.check_event(StreamEndEvent):
+            event = parser.get_event()
+            raise ComposerError(
+                "expected a single document in the stream",
+                node.start_mark,
+                "but found another document",
+                event.start_mark,
+            )
+        parser.get_event()
+        return node
+
+    def _document(self) -> Node:
+        stack: list[_Open] = []
+        get_event = self.parser.get_event
+        while True:
+            event = get_event()
+            kind = type(event)
+            if kind is ScalarEvent:  # most events: kept short
+                node: Node = self._scalar(event)
+                size, height = 1, 0
+                self.nodes += 1
+                if self.nodes > MAX_NODES:
+                    raise _too_many(event.start_mark)
+            elif kind is AliasEvent:
+                node, size, height = self._alias(event, stack)
+            elif kind is SequenceStartEvent or kind is MappingStartEvent:
+                stack.append(self._open(event, kind is MappingStartEvent, len(stack)))
+                continue
+            else:  # the end of a list or mapping
+                done = stack.pop()
+                node, size, height = done.node, done.size, done.height
+                node.end_mark = event.end_mark
+                if done.anchor is not None:
+                    self._anchor(done.anchor, node, size, height)
+            if not stack:
+                return node
+            parent = stack[-1]
+            parent.size += size
+            if height >= parent.height:
+                parent.height = height + 1
+            if not isinstance(parent.node, MappingNode):
+                parent.node.value.append(node)
+            elif parent.key is None:
+                parent.key = node
+            else:
+                parent.node.value.append((parent.key, node))
+                parent.key = None
+
+    def _scalar(self, event: Any) -> ScalarNode:
+        tag = event.ctag
+        if tag is None or str(tag) == "!":
+            tag = self.resolve(ScalarNode, event.value, event.implicit)
+            # one Tag object per distinct tag, not per scalar: a third of the tree's memory
+            tag = self.tags.setdefault(tag.suffix, tag)
+        node = ScalarNode(tag, event.value, event.start_mark, None, style=event.style)
+        if event.anchor is not None:
+            self._anchor(event.anchor, node, 1, 0)
+        return node
+
+    def _open(self, event: Any, mapping: bool, depth: int) -> _Open:
+        if depth >= MAX_DEPTH:
+            raise _too_deep(event.start_mark)
+        self._count(event, 1)
+        kind = MappingNode if mapping else SequenceNode
+        tag = event.ctag
+        if tag is None or str(tag) == "!":
+            tag = self.resolve(kind, None, event.implicit)
+        node = kind(tag, [], event.start_mark, None, flow_style=event.flow_style)
+        return _Open(node, event.anchor)
+
+    def _alias(self, event: Any, stack: list[_Open]) -> tuple[Node, int, int]:
+        name = event.anchor
+        if name not in self.anchors:
+            if any(open_.anchor == name for open_ in stack):
+                raise ComposerError(
+                    None,
+                    None,
+                    f"alias '*{name}' is inside its own anchor (a cycle)",
+                    event.start_mark,
+                )
+            raise ComposerError(None, None, "found undefined alias", event.start_mark)
+        node, size, height = self.anchors[name]
+        if len(stack) + height > MAX_DEPTH:
+            raise _too_deep(event.start_mark, f" once alias '*{name}' is expanded")
+        self.aliased += size
+        if self.aliased > MAX_ALIAS_NODES:
+            raise _LimitExceeded(
+                event.start_mark,
+                "yaml-too-large",
+                f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes "
+                f"(here '*{name}' adds {size:,})",
+                "each alias is a full copy of its anchor, and aliases of aliases multiply: "
+                "use fewer aliases, or write the values out",
+            )
+        self._count(event, size)
+        return node, size, height
+
+    def _anchor(self, name: str, node: Node, size: int, height: int) -> None:
+        if name in self.anchors:
+            first = self.anchors[name][0].start_mark.line + 1
+            raise ComposerError(
+                None,
+                None,
+                f"duplicate anchor '&{name}' (first defined on line {first})",
+                node.start_mark,
+            )
+        self.anchors[name] = (node, size, height)
+
+    def _count(self, event: Any, size: int) -> None:
+        self.nodes += size
+        if self.nodes > MAX_NODES:
+            raise _too_many(event.start_mark)
+
+
+def _too_many(mark: Any) -> _LimitExceeded:
+    return _LimitExceeded(
+        mark,
+        "yaml-too-large",
+        f"the document holds more than {MAX_NODES:,} YAML nodes (aliases expanded)",
+        "split it into smaller files",
+    )
+
+
+def _too_deep(mark: Any, where: str = "") -> _LimitExceeded:
+    return _LimitExceeded(
+        mark,
+        "too-deep",
+        f"lists and mappings nest more than {MAX_DEPTH} levels deep here{where}",
+        "flatten this value: recipes, policies and plans need only a few levels",
+    )
 
 
 class _Builder:

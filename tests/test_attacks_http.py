@@ -459,7 +459,9 @@ def test_post_json_and_side_effects(env: Env) -> None:
 def test_gate_sees_post_but_not_get(env: Env) -> None:
     asked: list[str] = []
 
-    async def gate(step_id: str, action: str, params: Any, reason: str, validate: Any) -> None:
+    async def gate(
+        step_id: str, action: str, params: Any, reason: str, validate: Any, **_: Any
+    ) -> None:
         asked.append(params.get("method", "GET"))
 
     registry = Registry()

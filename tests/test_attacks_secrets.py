@@ -134,7 +134,7 @@ def test_d4_posting_to_an_allowed_host_still_needs_approval(tmp_path: Path) -> N
     asked: list[str] = []
 
     async def gate(
-        step_id: str, action: str, params: object, reason: str, validate: object
+        step_id: str, action: str, params: object, reason: str, validate: object, **_: object
     ) -> None:
         asked.append(reason)
         from engine.errors import ApprovalDenied

@@ -191,13 +191,14 @@ def test_b4_git_exec_options_are_denied(jail: Path, argv: list[str]) -> None:
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_b4_repository_hooks_do_not_run(jail: Path) -> None:
-    _run(jail, ["git", "init", "-q", "."], allow=["git"])
+    repo = {"allow": ["git"], "protected": [".git/**"]}  # the steps may write .git
+    _run(jail, ["git", "init", "-q", "."], **repo)
     hook = jail / ".git" / "hooks" / "pre-commit"
     hook.write_text("#!/bin/sh\ntouch pwned\n")
     hook.chmod(0o755)
-    _run(jail, ["git", "add", "ok.txt"], allow=["git"])
+    _run(jail, ["git", "add", "ok.txt"], **repo)
     commit = ["git", "commit", "-q", "-m", "m", "--author", "a <a@b>"]
-    result = _run(jail, commit, allow=["git"], env={"EMAIL": "a@b"})
+    result = _run(jail, commit, env={"EMAIL": "a@b"}, **repo)
     assert result.exit_code == 0  # the commit happened, so the hook would have run
     assert not (jail / "pwned").exists()
     log = _run(jail, ["git", "log", "--format=%an"], allow=["git"])
@@ -368,10 +369,13 @@ def test_b10_bounded_fork_bomb_is_contained(jail: Path) -> None:
 
 def test_b11_yes_is_capped_and_killed(jail: Path) -> None:
     start = time.monotonic()
-    result = _run(jail, ["yes"], allow=["yes"], max_output=4096)
+    result = _run(jail, ["yes"], allow=["yes"], max_output=4096, check=False)
     assert time.monotonic() - start < 5.0
     assert result.truncated
     assert len(result.stdout) == 4096
+    # A run cut short by the cap is not a success: with `check` (the default) it fails.
+    with pytest.raises(StepFailed, match="passed max_output"):
+        _run(jail, ["yes"], allow=["yes"], max_output=4096)
 
 
 def test_b12_sleep_is_killed_at_the_wall_timeout(jail: Path) -> None:

@@ -55,7 +55,7 @@ def rule_of(p: Policy, action: str, params: Any) -> int | None:
 def test_an_allow_rule_approves_and_names_the_rule() -> None:
     decision = decide(PolicyApprover(policy()), "fs.write", {"path": "notes/a.md"})
     assert decision.approved
-    assert decision.by == "policy"
+    assert decision.by == "policy:2"
     assert (
         decision.reason
         == "policy rule 2 (tool pattern 'fs.*', policy.yaml:5) allows: notes are ours"
@@ -66,7 +66,7 @@ def test_an_allow_rule_approves_and_names_the_rule() -> None:
 def test_a_deny_rule_refuses_with_its_reason() -> None:
     decision = decide(PolicyApprover(policy()), "fs.write", {"path": "secret.txt"})
     assert not decision.approved
-    assert decision.by == "policy"
+    assert decision.by == "policy:5"
     assert decision.reason == (
         "denied by policy rule 5 (tool pattern 'fs.write', policy.yaml:8): "
         "only notes may be written"
@@ -76,7 +76,7 @@ def test_a_deny_rule_refuses_with_its_reason() -> None:
 def test_an_unknown_tool_is_denied_by_default() -> None:
     decision = decide(PolicyApprover(policy()), "mcp.github.delete_repo", {})
     assert not decision.approved
-    assert decision.by == "policy"
+    assert decision.by == "policy:default"
     assert "no rule in policy.yaml matches mcp.github.delete_repo" in (decision.reason or "")
     assert "the default is deny" in (decision.reason or "")
 
@@ -94,7 +94,7 @@ def test_an_ask_rule_delegates_to_the_interactive_approver(
     params = {"argv": ["git", "push"]}
     decision = decide(PolicyApprover(policy(), ask=person), "shell.run", params)
     assert decision.approved is approved
-    assert decision.by == "policy→script"
+    assert decision.by == "policy:3→script"
     assert [r.params for r in person.requests] == [params]
     reason = decision.reason or ""
     assert reason.startswith("policy rule 3 (tool pattern 'shell.run', policy.yaml:6) asks; ")
@@ -107,6 +107,7 @@ def test_an_ask_rule_delegates_to_the_interactive_approver(
 def test_an_ask_rule_with_nobody_to_ask_is_denied_saying_how_to_approve() -> None:
     decision = decide(PolicyApprover(policy()), "shell.run", {"argv": ["git", "push"]})
     assert not decision.approved
+    assert decision.by == "policy:3→fail-closed"
     reason = decision.reason or ""
     assert reason.startswith("policy rule 3 (tool pattern 'shell.run', policy.yaml:6) asks;")
     assert "no terminal" in reason
@@ -119,7 +120,7 @@ def test_default_ask_asks_the_person_for_unlisted_tools() -> None:
     person = ScriptedApprover(decisions={"s": True})
     decision = decide(PolicyApprover(p, ask=person), "fs.write", {"path": "x"})
     assert decision.approved
-    assert decision.by == "policy→script"
+    assert decision.by == "policy:default→script"
     assert (decision.reason or "").startswith("no policy rule matches fs.write; approved")
     alone = decide(PolicyApprover(p), "fs.write", {"path": "x"})
     assert not alone.approved
@@ -168,10 +169,10 @@ rules:
     decision = decide(approver, "shell.run", {"argv": ["git", "status"]})
     if refusal is None:
         assert decision.approved
-        assert decision.by == "policy→terminal (edited)"
+        assert decision.by == "policy:1→terminal (edited)"
     else:
         assert not decision.approved
-        assert decision.by == "policy"
+        assert decision.by == ("policy:2" if "rule 2" in refusal else "policy:default")
         assert refusal in (decision.reason or "")
 
 
@@ -186,7 +187,7 @@ def test_a_re_ask_after_a_refused_edit_goes_to_the_person() -> None:
     ).model_copy(update={"problem": "content: field required"})
     decision = asyncio.run(PolicyApprover(policy(), ask=person).decide(request))
     assert not decision.approved
-    assert decision.by == "policy→script"
+    assert decision.by == "policy:re-ask→script"
     assert len(person.requests) == 1
 
 
@@ -474,10 +475,10 @@ rules:
 
     by_step = {d.step_id: (d.approved, d.by) for d in result.approvals}
     assert by_step == {
-        "note": (True, "policy"),
-        "secret": (False, "policy"),
-        "sneak": (False, "policy"),
-        "remove": (False, "policy"),
+        "note": (True, "policy:1"),
+        "secret": (False, "policy:2"),
+        "sneak": (False, "policy:default"),
+        "remove": (False, "policy:default"),
     }
 
 
@@ -500,4 +501,4 @@ steps:
     assert result.steps["no"].status == "denied"
     assert not (tmp_path / "b.txt").exists()
     assert "not b" in (result.steps["no"].error or "")
-    assert {d.by for d in result.approvals} == {"policy→script"}
+    assert {d.by for d in result.approvals} == {"policy:1→script"}

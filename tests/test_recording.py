@@ -464,7 +464,7 @@ def test_the_shipped_main_job_replays_offline() -> None:
     )
     assert "scripted model" in done.stderr
     assert "planning: Review the sample project" in done.stderr
-    assert "gate: save fs.write approved by --yes" in done.stderr
+    assert "gate: save fs.write approved by recorded" in done.stderr  # replayed, not re-asked
     assert 'agent review: fs.read {"path": "app.py"} → ok' in done.stderr
     assert result["usage"]["llm_calls"] == 3
 
