@@ -390,9 +390,7 @@ def _data_indexes(argv: list[str], ctx: CallContext) -> set[int]:
     if () in paths or ("argv",) in paths:
         indexes = set(range(1, len(argv)))
     else:
-        indexes = {
-            p[1] for p in paths if len(p) >= 2 and p[0] == "argv" and isinstance(p[1], int)
-        }
+        indexes = {p[1] for p in paths if len(p) >= 2 and p[0] == "argv" and isinstance(p[1], int)}
     return {i for i in indexes if i < len(argv) and argv[i] not in ctx.data_literals}
 
 
