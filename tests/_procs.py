@@ -7,6 +7,7 @@ Zombies count as gone: PID 1 on test machines may not reap orphans.
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -14,6 +15,7 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 PLANLOOM = str(Path(sys.executable).parent / "planloom")
 TIMEOUT = 60  # seconds; generous for a loaded machine, a hang still fails the test
@@ -72,8 +74,13 @@ def env(**extra: str) -> dict[str, str]:
 
 
 def planloom(
-    *args: str | Path, cwd: Path, environ: dict[str, str] | None = None
+    *args: str | Path,
+    cwd: Path,
+    environ: dict[str, str] | None = None,
+    timeout: float = TIMEOUT,
+    preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """Run `planloom ARGS` with no stdin; `subprocess.TimeoutExpired` past `timeout`."""
     return subprocess.run(
         [PLANLOOM, *map(str, args)],
         cwd=cwd,
@@ -81,6 +88,14 @@ def planloom(
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,
-        timeout=TIMEOUT,
+        timeout=timeout,
         check=False,
+        preexec_fn=preexec_fn,
     )
+
+
+def run_json(recipe: str | Path, cwd: Path) -> tuple[subprocess.CompletedProcess[str], Any]:
+    """`planloom run RECIPE --yes --json`: the process and its JSON result (no traceback)."""
+    proc = planloom("run", recipe, "--yes", "--json", cwd=cwd)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    return proc, json.loads(proc.stdout)

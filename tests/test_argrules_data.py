@@ -9,31 +9,18 @@ pinned in `test_argrules_data_rule.py`.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import PLANLOOM, TIMEOUT, env
+from _procs import run_json
 
 DASH_NAMES = ("--output=pwned", "-opwned2")
 
 
 def _planloom(recipe: Path) -> dict[str, Any]:
-    proc = subprocess.run(
-        [PLANLOOM, "run", str(recipe), "--yes", "--json"],
-        cwd=recipe.parent,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    result: dict[str, Any] = json.loads(proc.stdout)
+    result: dict[str, Any] = run_json(recipe, recipe.parent)[1]
     return result
 
 

@@ -10,7 +10,6 @@ the `planloom` command, in a real repository made in `tmp_path`.
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import textwrap
@@ -18,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import PLANLOOM, TIMEOUT, env
+from _procs import run_json
 
 pytestmark = pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 
@@ -122,18 +121,7 @@ COMMIT_RECIPE = """\
 
 def _run(tmp_path: Path, recipe: str = RECIPE) -> dict[str, Any]:
     (tmp_path / "recipe.yaml").write_text(textwrap.dedent(recipe))
-    proc = subprocess.run(
-        [PLANLOOM, "run", "recipe.yaml", "--yes", "--json"],
-        cwd=tmp_path,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    result: dict[str, Any] = json.loads(proc.stdout)
+    result: dict[str, Any] = run_json("recipe.yaml", tmp_path)[1]
     return result
 
 

@@ -8,14 +8,12 @@ non-zero exit. Through the `planloom` command.
 
 from __future__ import annotations
 
-import json
-import subprocess
 import textwrap
 import time
 from pathlib import Path
 from typing import Any
 
-from _procs import PLANLOOM, TIMEOUT, env
+from _procs import run_json
 
 RECIPE = """\
     version: 1
@@ -33,19 +31,9 @@ def _run(tmp_path: Path, check: bool) -> tuple[int, dict[str, Any]]:
     recipe = tmp_path / "recipe.yaml"
     recipe.write_text(textwrap.dedent(RECIPE).replace("CHECK", str(check).lower()))
     start = time.monotonic()
-    proc = subprocess.run(
-        [PLANLOOM, "run", str(recipe), "--yes", "--json"],
-        cwd=tmp_path,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    proc, result = run_json(recipe, tmp_path)
     assert time.monotonic() - start < 30
-    assert "Traceback" not in proc.stderr, proc.stderr
-    return proc.returncode, json.loads(proc.stdout)
+    return proc.returncode, result
 
 
 def test_output_past_the_cap_fails_the_step(tmp_path: Path) -> None:

@@ -18,13 +18,12 @@ import json
 import os
 import re
 import shutil
-import subprocess
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import PLANLOOM, TIMEOUT, env
+from _procs import run_json
 
 from capabilities import shell
 from capabilities._base import CallContext
@@ -256,18 +255,7 @@ def test_cli_exec_escapes_are_denied(tmp_path: Path, program: str, argv: list[st
             """
         )
     )
-    proc = subprocess.run(
-        [PLANLOOM, "run", str(recipe), "--yes", "--json"],
-        cwd=tmp_path,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
-    assert "Traceback" not in proc.stderr, proc.stderr
-    result = json.loads(proc.stdout)
+    result = run_json(recipe, tmp_path)[1]
     step = result["steps"]["escape"]
     assert step["status"] in ("denied", "failed"), step
     assert "shell.argument" in step["error"]

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import PLANLOOM, env
+from _procs import PLANLOOM, env, planloom
 
 HANG = 20  # seconds: a run still going by then is the hang this file is about
 EVIL = "^(a|a)+$"
@@ -38,16 +38,7 @@ def _recipe(tmp_path: Path, text: str) -> Path:
 def _run(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     start = time.monotonic()
     try:
-        proc = subprocess.run(
-            [PLANLOOM, *args],
-            cwd=tmp_path,
-            env=env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=HANG,
-            check=False,
-        )
+        proc = planloom(*args, cwd=tmp_path, timeout=HANG)
     except subprocess.TimeoutExpired:
         pytest.fail(f"planloom {' '.join(args)} still running after {HANG} s: it hangs")
     return proc, time.monotonic() - start

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import PLANLOOM, env
+from _procs import planloom
 
 HANG = 20  # seconds
 ADDRESS_SPACE = 1536 << 20
@@ -47,17 +47,7 @@ def _limited() -> None:
 def _planloom(tmp_path: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], float]:
     start = time.monotonic()
     try:
-        proc = subprocess.run(
-            [PLANLOOM, *args],
-            cwd=tmp_path,
-            env=env(),
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=HANG,
-            check=False,
-            preexec_fn=_limited,
-        )
+        proc = planloom(*args, cwd=tmp_path, timeout=HANG, preexec_fn=_limited)
     except subprocess.TimeoutExpired:
         pytest.fail(f"planloom {' '.join(args)} still running after {HANG} s")
     return proc, time.monotonic() - start
