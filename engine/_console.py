@@ -13,7 +13,7 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from capabilities._sanitize import neutralize
+from engine._sanitize import neutralize
 from engine.events import Event
 from engine.results import RunResult
 

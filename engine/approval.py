@@ -26,9 +26,9 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from capabilities._sanitize import neutralize, sanitize_for_llm
 from capabilities.human import Question, parse_answer
 from engine._limits import loads_json
+from engine._sanitize import neutralize, sanitize_for_llm
 from engine.errors import ApprovalDenied, ReplayMismatch, StepFailed
 from engine.results import Decision
 

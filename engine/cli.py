@@ -27,8 +27,8 @@ import structlog
 from rich.console import Console
 
 from capabilities import Registry, default_registry
-from capabilities._sanitize import neutralize
 from engine._console import LiveProgress, print_summary
+from engine._sanitize import neutralize
 from engine._threads import DaemonThreadPool
 from engine.approval import (
     ApproveAll,

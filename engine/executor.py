@@ -29,10 +29,10 @@ from tenacity import (
 )
 
 from capabilities import Registry, Sandbox
-from capabilities._secrets import Secrets
 from capabilities.human import Question
 from engine._graph import plan_graph, step_dependencies
 from engine._scheduler import Scheduler
+from engine._secrets import Secrets
 from engine.agent import AgentRunner, AgentTask, ToolSpec
 from engine.approval import Approver, FailClosed, Gatekeeper
 from engine.errors import (

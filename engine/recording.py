@@ -48,8 +48,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from capabilities._secrets import Secrets
 from capabilities.human import Question
+from engine._secrets import Secrets
 from engine.approval import Approver, GateRequest
 from engine.diagnostics import render_diagnostics
 from engine.errors import (
