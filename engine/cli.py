@@ -258,7 +258,7 @@ def _load(path: str, registry: Registry, *, as_json: bool, wrap: bool = False) -
             problems = [d.model_dump() for d in exc.diagnostics]
             _print_json(_invalid(problems) if wrap else problems)
         else:
-            from planners.recipe import read_recipe
+            from engine._yaml import read_recipe
 
             try:
                 _, source = read_recipe(path)
@@ -349,7 +349,7 @@ def _cmd_plan(args: argparse.Namespace, registry: Registry) -> int:
     base: dict[str, Any] = {"version": 1, "name": "plan"}
     base_dir = Path.cwd()
     if args.capabilities:
-        from planners.recipe import read_recipe
+        from engine._yaml import read_recipe
 
         try:
             data, _ = read_recipe(args.capabilities)
@@ -765,7 +765,7 @@ def _edit(text: str) -> str:
 
 
 def _revalidate(text: str, registry: Registry, base_dir: Path) -> Plan | None:
-    from planners.recipe import parse_recipe_text
+    from engine._yaml import parse_recipe_text
 
     try:
         data, source = parse_recipe_text(text, "plan.yaml")

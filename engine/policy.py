@@ -223,7 +223,7 @@ def load_policy(path: str | Path, *, registry: Registry | None = None) -> Policy
         ConfigurationError: the file is unreadable or invalid; the message has one
             `FILE:LINE:COL: error[rule]: ...` line per problem, with the line and a hint.
     """
-    from planners.recipe import read_recipe
+    from engine._yaml import read_recipe
 
     try:
         data, source = read_recipe(path)
@@ -236,7 +236,7 @@ def parse_policy_text(
     text: str, file: str = "<policy>", *, registry: Registry | None = None
 ) -> Policy:
     """Like `load_policy`, for policy text already in memory."""
-    from planners.recipe import parse_recipe_text
+    from engine._yaml import parse_recipe_text
 
     try:
         data, source = parse_recipe_text(text, file)

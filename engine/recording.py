@@ -365,7 +365,7 @@ def _block_safe(text: str) -> bool:
 def _read_yaml(text: str, file: str) -> Any:
     """A cassette's data, through the recipe reader and its caps: cassettes are user files,
     so an alias bomb or 10,000 nested brackets in one is a located error, not a crash."""
-    from planners.recipe import parse_recipe_text
+    from engine._yaml import parse_recipe_text
 
     try:
         data, source = parse_recipe_text(text, file)

@@ -234,7 +234,7 @@ def run_recipe_text(
     Raises:
         PlanValidationError: the recipe is invalid.
     """
-    from planners.recipe import parse_recipe_text
+    from engine._yaml import parse_recipe_text
 
     data, source = parse_recipe_text(text, "<test>")
     folder = base_dir or Path.cwd()
