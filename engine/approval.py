@@ -26,10 +26,10 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from capabilities.human import Question, parse_answer
 from engine._limits import loads_json
 from engine._sanitize import neutralize, sanitize_for_llm
 from engine.errors import ApprovalDenied, ReplayMismatch, StepFailed
+from engine.questions import Question, parse_answer
 from engine.results import Decision
 
 __all__ = [

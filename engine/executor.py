@@ -29,7 +29,6 @@ from tenacity import (
 )
 
 from capabilities import Registry, Sandbox
-from capabilities.human import Question
 from engine._graph import plan_graph, step_dependencies
 from engine._scheduler import Scheduler
 from engine._secrets import Secrets
@@ -48,6 +47,7 @@ from engine.events import EventBus
 from engine.inputs import resolve_inputs
 from engine.llm import ChatResult, LLMClient
 from engine.model import AgentSpec, FallbackAction, Plan, RetryPolicy, Step
+from engine.questions import Question
 from engine.recording import Tape, TapeApprover, enter_scope
 from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
 from engine.templating import (

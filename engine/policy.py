@@ -55,7 +55,7 @@ from engine.results import Decision
 
 if TYPE_CHECKING:
     from capabilities import Registry
-    from capabilities.human import Question
+    from engine.questions import Question
 
 __all__ = ["Policy", "PolicyApprover", "PolicyRule", "load_policy", "parse_policy_text"]
 

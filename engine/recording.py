@@ -48,7 +48,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
-from capabilities.human import Question
 from engine._secrets import Secrets
 from engine.approval import Approver, GateRequest
 from engine.diagnostics import render_diagnostics
@@ -64,6 +63,7 @@ from engine.errors import (
 )
 from engine.llm import ChatResult, LLMError, NoJSON, ToolCallRequest
 from engine.model import Limits, LLMSettings
+from engine.questions import Question
 from engine.results import Decision
 
 __all__ = [

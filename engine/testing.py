@@ -27,7 +27,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict
 
 from capabilities import Action, CallContext, Family, Registry
-from capabilities.human import Question
 from engine._fakellm import (
     ChatReply,
     ChatRequest,
@@ -40,6 +39,7 @@ from engine._fakellm import (
 from engine.approval import Approver, GateRequest
 from engine.errors import ConfigurationError, ReplayMismatch, StepFailed, UsageError
 from engine.executor import Executor, Sleep
+from engine.questions import Question
 from engine.recording import RecordMode
 from engine.results import Decision, RunResult
 from engine.validation import validate_plan
