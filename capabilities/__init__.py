@@ -1,7 +1,7 @@
 """Capabilities: what steps may do, each call checked against the recipe's grants."""
 
-from capabilities._base import Action, CallContext, EmptyGrant, Family, Registry
-from capabilities._sandbox import Gate, Sandbox
+from engine.capability import Action, CallContext, EmptyGrant, Family, Registry
+from engine.sandbox import Gate, Sandbox
 
 __all__ = [
     "Action",

@@ -30,13 +30,13 @@ from typing import Annotated, Literal, TypeAlias
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from capabilities._base import Action, CallContext, Family, Registry
 from capabilities._jail import Jail, WalkLimits, clean_relpath, not_regular, openat2_available
 from capabilities._protected import allowed_write
 from capabilities._protected import is_protected as _is_protected
 from capabilities._protected import matches_any as _matches_any
 from engine import _regex
 from engine._globs import compile_glob
+from engine.capability import Action, CallContext, Family, Registry
 from engine.errors import CapabilityDenied, StepFailed
 
 __all__ = [

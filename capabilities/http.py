@@ -46,7 +46,6 @@ from typing import Any, Literal
 import httpx2
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
-from capabilities._base import Action, CallContext, Family, Registry
 from capabilities._net import (
     IPAddress,
     IPNetwork,
@@ -61,6 +60,7 @@ from capabilities._net import (
     permitted_by,
     system_resolver,
 )
+from engine.capability import Action, CallContext, Family, Registry
 from engine.errors import CapabilityDenied, StepError, StepFailed, StepTimeout
 
 __all__ = [

@@ -7,7 +7,7 @@ fails saying how to answer it.
 
 from __future__ import annotations
 
-from capabilities._base import Action, CallContext, EmptyGrant, Family, Registry
+from engine.capability import Action, CallContext, EmptyGrant, Family, Registry
 from engine.errors import StepFailed
 from engine.questions import Answer, Question, parse_answer
 

@@ -12,7 +12,7 @@ from typing import Any
 import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
-from capabilities._base import Action, CallContext, EmptyGrant, Family, Registry
+from engine.capability import Action, CallContext, EmptyGrant, Family, Registry
 from engine.errors import StepFailed
 from engine.llm import LLMClient
 

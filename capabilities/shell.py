@@ -72,7 +72,6 @@ from capabilities._argrules import (
     final_arguments,
     protect_data_arguments,
 )
-from capabilities._base import Action, CallContext, Family, Registry
 from capabilities._confine import (
     DEVICE_READ_PATHS,
     DEVICE_WRITE_PATHS,
@@ -81,6 +80,7 @@ from capabilities._confine import (
 )
 from capabilities._gitconfig import git_env
 from engine._globs import compile_glob
+from engine.capability import Action, CallContext, Family, Registry
 from engine.diagnostics import did_you_mean
 from engine.errors import CapabilityDenied, StepFailed, StepTimeout
 

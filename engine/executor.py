@@ -28,12 +28,12 @@ from tenacity import (
     wait_fixed,
 )
 
-from capabilities import Registry, Sandbox
 from engine._graph import plan_graph, step_dependencies
 from engine._scheduler import Scheduler
 from engine._secrets import Secrets
 from engine.agent import AgentRunner, AgentTask, ToolSpec
 from engine.approval import Approver, FailClosed, Gatekeeper
+from engine.capability import Registry
 from engine.errors import (
     ApprovalDenied,
     DryRun,
@@ -50,6 +50,7 @@ from engine.model import AgentSpec, FallbackAction, Plan, RetryPolicy, Step
 from engine.questions import Question
 from engine.recording import Tape, TapeApprover, enter_scope
 from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
+from engine.sandbox import Sandbox
 from engine.templating import (
     Namespace,
     Template,

@@ -54,7 +54,7 @@ from engine.errors import ConfigurationError, RecipeSyntaxError
 from engine.results import Decision
 
 if TYPE_CHECKING:
-    from capabilities import Registry
+    from engine.capability import Registry
     from engine.questions import Question
 
 __all__ = ["Policy", "PolicyApprover", "PolicyRule", "load_policy", "parse_policy_text"]

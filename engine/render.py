@@ -7,10 +7,10 @@ from typing import Literal
 
 import networkx as nx
 
-from capabilities import Registry
 from engine._graph import build_graph
 from engine._graph import step_dependencies as build_deps
 from engine._sanitize import neutralize
+from engine.capability import Registry
 from engine.model import Plan, Step
 
 __all__ = ["GraphFormat", "plan_has_side_effects", "render_graph", "render_plan"]

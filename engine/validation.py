@@ -19,9 +19,9 @@ import jinja2
 import networkx as nx
 from pydantic import BaseModel, ValidationError
 
-from capabilities import Registry
 from engine._gc import collector_paused
 from engine._graph import build_graph, step_templates
+from engine.capability import Registry
 from engine.diagnostics import Diagnostic, NodePath, SourceMap, did_you_mean
 from engine.errors import PlanValidationError
 from engine.model import (

@@ -15,8 +15,8 @@ import pytest
 
 from capabilities import Registry, Sandbox, shell
 from capabilities._argrules import ArgContext, protect_data_arguments
-from capabilities._base import CallContext
 from capabilities.shell import ShellGrant, ShellParams, ShellResult
+from engine.capability import CallContext
 from engine.errors import CapabilityDenied
 
 

@@ -26,8 +26,8 @@ import pytest
 from _procs import run_json
 
 from capabilities import shell
-from capabilities._base import CallContext
 from capabilities.shell import ShellGrant, ShellParams, ShellResult
+from engine.capability import CallContext
 from engine.errors import CapabilityDenied
 
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"

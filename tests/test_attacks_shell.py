@@ -26,8 +26,8 @@ import pytest
 from _procs import gone, marker_seconds, pids_with
 
 from capabilities import shell
-from capabilities._base import CallContext
 from capabilities.shell import ShellGrant, ShellParams, ShellResult
+from engine.capability import CallContext
 from engine.errors import CapabilityDenied, StepFailed, StepTimeout
 
 PYTHON = os.path.realpath(sys.executable)

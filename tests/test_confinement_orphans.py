@@ -26,8 +26,8 @@ import pytest
 from _procs import PLANLOOM, env, gone, marker_seconds, pids_with
 
 from capabilities import shell
-from capabilities._base import CallContext
 from capabilities.shell import ShellGrant, ShellParams
+from engine.capability import CallContext
 
 PYTHON = os.path.realpath(sys.executable)
 _LAYERS = shell.confinement_report()

@@ -17,8 +17,8 @@ import pytest
 from pydantic import BaseModel, ValidationError
 
 from capabilities import _jail
-from capabilities._base import CallContext, Registry
 from capabilities.fs import FsGrant, ListResult, ReadResult, SearchResult, register
+from engine.capability import CallContext, Registry
 from engine.errors import CapabilityDenied, StepFailed
 
 SECRET = b"TOP-SECRET-CANARY"

@@ -21,8 +21,8 @@ from _procs import gone, marker_seconds, pids_with
 from pydantic import ValidationError
 
 from capabilities import shell
-from capabilities._base import CallContext, Registry
 from capabilities.shell import ShellGrant, ShellParams, ShellResult
+from engine.capability import CallContext, Registry
 from engine.errors import CapabilityDenied, StepFailed, StepTimeout
 
 

@@ -16,7 +16,7 @@ from typing import Any, Literal, Protocol
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
-from capabilities._base import Action, Asker, CallContext, ParamPath, Registry
+from engine.capability import Action, Asker, CallContext, ParamPath, Registry
 from engine.errors import (
     ApprovalDenied,
     BudgetExceeded,
