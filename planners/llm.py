@@ -17,7 +17,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from capabilities import Registry
+from engine.capability import Registry
 from engine.diagnostics import Diagnostic
 from engine.errors import PlanValidationError
 from engine.llm import LLMClient, NoJSON

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capabilities import Registry
 from engine._yaml import parse_recipe_text, read_recipe
+from engine.capability import Registry
 from engine.diagnostics import SourceMap
 from engine.model import Plan
 from engine.validation import validate_plan

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from capabilities import Registry
+from engine.capability import Registry
 from engine.errors import ConfigurationError
 from engine.model import Plan
 from engine.recording import Cassette
