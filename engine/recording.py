@@ -884,26 +884,29 @@ class Tape:
     async def review(
         self, text: str, live: Callable[[], Awaitable[tuple[bool, str | None]]]
     ) -> tuple[bool, str | None]:
-        """The decision on a model-written plan: (approved, edited YAML or None)."""
+        """The decision on a model-written plan: (approved, edited YAML or None).
+
+        A recorded decision (and the plan edit it may carry) answers only a pure replay,
+        where nothing runs live. When the run records too (`new_episodes`), steps that are
+        not in the cassette run live, so the plan goes to the live reviewer: an edit added
+        to the cassette by hand cannot bring in steps, grants or `confirm: never`.
+        """
         shown = self.secrets.redact(text)
         digest = _digest(shown)
         ordinal = self._next("gate", PLAN_REVIEW, "plan", digest)
-        if self.replaying:
+        if self.replaying and not self.recording:
             entry = self._take(self._approvals, (PLAN_REVIEW, "plan", digest, ordinal))
             if entry is not None:
                 return entry.approved, entry.edited_plan
-            if not self.recording:
-                plans = [
-                    e
-                    for e in self.recorded.approvals
-                    if e.step == PLAN_REVIEW and e.action == "plan"
-                ]
-                raise self._fail(
-                    f"replay: the model's plan (hash {digest}) has no recorded decision in "
-                    f"{self.path} ({len(plans)} plan decision(s) recorded for other plans); "
-                    f"the plan's requests are recorded, so the planner itself changed\n{_HOW}",
-                    None,
-                )
+            plans = [
+                e for e in self.recorded.approvals if e.step == PLAN_REVIEW and e.action == "plan"
+            ]
+            raise self._fail(
+                f"replay: the model's plan (hash {digest}) has no recorded decision in "
+                f"{self.path} ({len(plans)} plan decision(s) recorded for other plans); "
+                f"the plan's requests are recorded, so the planner itself changed\n{_HOW}",
+                None,
+            )
         approved, edited = await live()
         if self.recording:
             self.cassette.approvals.append(
