@@ -313,7 +313,7 @@ _GNU = (
                 "files0-from",
                 "max-depth",
                 "threshold",
-                "time",
+                # not "time": its value is optional (`--time[=WORD]`), never the next argument
                 "time-style",
             ),
         ),

@@ -115,8 +115,29 @@ class Scan:
     started_ns: int = 0
 
     def mounts(self) -> list[str]:
-        """The absolute paths to bind-mount read-only (folders and regular files)."""
-        return [e.path for e in self.entries.values() if e.kind in ("dir", "file")]
+        """The absolute paths to bind-mount read-only: protected folders and regular files,
+        and what a protected symlink points to when that is a folder or regular file
+        beneath the root (`.env.local -> config/app.env`: writing through the link would
+        change the target). A link pointing outside the root needs nothing: confined
+        children cannot write there anyway."""
+        paths = []
+        for entry in self.entries.values():
+            if entry.kind in ("dir", "file"):
+                paths.append(entry.path)
+            elif (target := _link_target(entry.path, self.root)) is not None:
+                paths.append(target)
+        return sorted(set(paths))
+
+    def refusal(self) -> str:
+        """Why a call must not start here, or "" when the walk saw everything."""
+        if self.complete:
+            return ""
+        return (
+            f"{self.root} holds more than {MAX_ENTRIES:,} entries or is deeper than "
+            f"{MAX_DEPTH} levels, so it cannot be checked for protected paths ({WHAT}); "
+            "grant a narrower folder (`cwd`), or, if programs may write them anywhere "
+            "beneath it, `protected: ['**']`"
+        )
 
     def note(self) -> str:
         """A caveat for the confinement report, or "" when the walk saw everything."""
@@ -132,6 +153,8 @@ def scan(root: str, allowed: list[str]) -> Scan:
     """Walk `root` (never following symlinks, never entering a protected folder) for
     protected entries that `allowed` globs do not open. Bounded by MAX_ENTRIES/MAX_DEPTH."""
     found = Scan(root=root, started_ns=_now_ns())
+    if "**" in allowed:  # every protected entry is allowed: nothing to look for
+        return found
     seen = 0
     stack: list[tuple[str, str, int]] = [(root, "", 0)]
     while stack:
@@ -174,6 +197,18 @@ def _add(found: Scan, child: os.DirEntry[str], rel: str) -> None:
     found.entries[rel] = Entry(child.path, rel, kind, (info.st_dev, info.st_ino), info.st_ctime_ns)
 
 
+def _link_target(path: str, root: str) -> str | None:
+    """The real path a symlink leads to, when it is a folder or regular file beneath root."""
+    target = os.path.realpath(path)
+    if not target.startswith(root + "/"):
+        return None
+    try:
+        info = os.stat(target)
+    except OSError:
+        return None
+    return target if stat.S_ISDIR(info.st_mode) or stat.S_ISREG(info.st_mode) else None
+
+
 def _now_ns() -> int:
     # A little before now: file systems stamp inodes from a coarser clock than time_ns().
     return time.time_ns() - 10**8
@@ -189,14 +224,18 @@ class Changes:
             whose identity changed; to be removed like new ones.
         moved: (before, now) pairs of entries now at another path (a child renamed a folder
             holding them); their content is intact and they are left where they are.
+        unchecked: why the walk after the call could not see everything (the call made the
+            tree too large or too deep to check: a `.git` moved past the bound would be
+            out of sight), or "".
     """
 
     new: list[Entry]
     replaced: list[Entry]
     moved: list[tuple[Entry, Entry]]
+    unchecked: str = ""
 
     def __bool__(self) -> bool:
-        return bool(self.new or self.replaced or self.moved)
+        return bool(self.new or self.replaced or self.moved or self.unchecked)
 
 
 def created(before: Scan, allowed: list[str]) -> Changes:
@@ -207,7 +246,7 @@ def created(before: Scan, allowed: list[str]) -> Changes:
     """
     after = scan(before.root, allowed)
     known = {entry.ident: entry for entry in before.entries.values()}
-    changes = Changes([], [], [])
+    changes = Changes([], [], [], "" if after.complete else after.refusal())
     for rel, entry in sorted(after.entries.items()):
         old = before.entries.get(rel)
         if old is not None:
@@ -310,6 +349,9 @@ class Watch:
         for old, moved in changes.moved:
             lines.append(f"moved {old.rel!r} to {moved.rel!r} (left there)")
             globs.add(_allow_glob(moved, moved.rel))
+        if changes.unchecked:
+            lines.append(f"after it ran, {changes.unchecked}")
+            globs.add("**")
         _FINISHED.append((now, self))
         return lines, globs
 

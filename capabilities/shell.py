@@ -99,31 +99,76 @@ _SETUP_FAILED = 125  # the launcher's exit code when it could not set up the san
 _PIDS_V1 = "/sys/fs/cgroup/pids"
 _STDERR_TAIL_LINES = 20
 
-# Variables a child never receives, whatever the grant says (matched case-insensitively).
-# Loader and interpreter hooks run code before the program's own; the fixed PATH and HOME
-# keep lookups and dotfiles where the check expects them; the rest look like secrets.
+# Variables a child never receives, whatever the grant says (matched case-insensitively),
+# by class rather than by program, since any program may read its own: loader and libc hooks;
+# interpreter hooks and code search paths; variables that hold a program's options or name a
+# program to run (an option refused in argv must not come back through `TAR_OPTIONS` or
+# `ZIPOPT`); shell start-up hooks; the fixed PATH, HOME and TMPDIR; and secret-looking ones.
 _REFUSED_ENV = (
+    # the loader and libc: shared objects and code paths
     "LD_*",
     "DYLD_*",
+    "GLIBC_TUNABLES",
+    "MALLOC_*",
+    "GCONV_PATH",
+    "LOCPATH",
+    "NLSPATH",
+    "HOSTALIASES",
+    "RES_OPTIONS",
+    # interpreters: start-up code, options and module search paths
     "PYTHON*",
+    "PERL*",
+    "RUBY*",
+    "NODE_*",
+    "*JAVA_*OPTIONS",
+    "JDK_*",
+    "LUA_*",
+    "TCL*",
+    "*PATH",
+    # program options and programs named by variables
+    "*OPT",
+    "*OPTS",
+    "*OPTION*",
+    "MAKEFLAGS",
+    "MFLAGS",
+    "GZIP",
+    "BZIP*",
+    "XZ_*",
+    "ZSTD_*",
+    "LESS*",
+    "MORE",
+    "*PAGER",
+    "EDITOR",
+    "VISUAL",
+    "SHELL",
+    "BROWSER",
+    "*_RSH",
+    "RSYNC_*",
+    "SSH_*",
+    "*ASKPASS*",
+    "XDG_*",
+    "WGETRC",
+    "INPUTRC",
+    "SCREENRC",
+    "VIMINIT",
+    "EXINIT",
+    "MYVIMRC",
+    "CURL_HOME",
+    "SQLITE_*",
+    "GIT_*",
+    # shells
     "BASH_ENV",
     "ENV",
-    "BASH_FUNC_*",
+    "BASH_*",
     "SHELLOPTS",
     "BASHOPTS",
     "PS4",
     "PROMPT_COMMAND",
     "IFS",
-    "CDPATH",
-    "PAGER",
-    "GIT_*",
-    "NODE_OPTIONS",
-    "PERL5OPT",
-    "PERL5LIB",
-    "RUBYOPT",
-    "JAVA_TOOL_OPTIONS",
-    "PATH",
+    # fixed by planloom
     "HOME",
+    "TMPDIR",
+    # secrets
     "*_KEY",
     "*TOKEN*",
     "*SECRET*",
@@ -528,7 +573,8 @@ async def _guard_protected(
     Yields the walk (its entries are mounted read-only for the child). When the block ends,
     however it ends, protected entries that appeared are removed; if there were any, the
     call fails with `CapabilityDenied` (rule `shell.protected`), unless it is being
-    cancelled, which goes on.
+    cancelled, which goes on. A root too large or too deep for the walk to see entirely is
+    refused before anything starts (fail closed), and so is a call after which it became so.
     """
     watch = _protected.Watch(root, allowed)
     try:
@@ -536,6 +582,9 @@ async def _guard_protected(
     except BaseException:
         watch.abandon()
         raise
+    if why := before.refusal():  # fail closed: what the walk did not see, no mount covers
+        watch.abandon()
+        raise CapabilityDenied(f"{who}: {why}", rule="shell.protected", step_id=ctx.step_id)
     finish = functools.partial(
         watch.finish, who=who, rule="shell.protected", grant="shell", step_id=ctx.step_id
     )
@@ -886,8 +935,10 @@ def _child_env(grant: ShellGrant, workdir: str, ctx: CallContext) -> dict[str, s
     if refused:
         raise CapabilityDenied(
             f"the shell grant names environment variables that are never passed to programs "
-            f"(loader/interpreter hooks, PATH/HOME, or secrets): {', '.join(refused)}; "
-            "remove them from `pass_env`/`env`",
+            f"(loader, interpreter and shell hooks, search paths, program options or programs "
+            f"named by variables, PATH/HOME/TMPDIR, or secrets): {', '.join(refused)}; "
+            "remove them from `pass_env`/`env` (give options as arguments, where the "
+            "argument rules check them)",
             rule="shell.env",
             step_id=ctx.step_id,
         )

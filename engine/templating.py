@@ -17,7 +17,6 @@ Regex tests and filters go through `engine._regex`, bounded by the render's dead
 from __future__ import annotations
 
 import functools
-import json
 import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping
@@ -28,6 +27,7 @@ import jinja2
 from jinja2 import nodes
 
 from engine import _regex
+from engine._limits import loads_json
 from engine._template_limits import (
     BoundedEnvironment,
     TemplateLimit,
@@ -92,7 +92,7 @@ def _user_regex(run: Callable[..., Any], pattern: str, *args: Any) -> Any:
 
 
 def _fromjson(value: str) -> Any:
-    return json.loads(value)
+    return loads_json(value)  # nesting past engine._limits.MAX_DEPTH: a clear TooDeep
 
 
 def _basename(value: str) -> str:

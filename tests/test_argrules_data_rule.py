@@ -70,6 +70,9 @@ def test_double_dash_is_inserted_where_it_protects(
         (["echo", "-n"], {1}, "echo is not known to accept `--`"),
         (["printf", "--help"], {1}, "printf is not known to accept `--`"),
         (["git", "log", "--output=x"], {2}, "git is not known to accept `--`"),
+        # `du --time[=WORD]`: an optional value is never the next argument, and no `--`
+        # could be placed without knowing that, so data that looks like an option is refused
+        (["du", "--time", "-X"], {2}, "whether that option takes a value is not known"),
         # whether `--li` takes a value is not known (getopt abbreviations): refused
         (["tail", "--li", "-X"], {2}, "whether that option takes a value is not known"),
         # a program missing from the table: nothing is known about its options

@@ -259,3 +259,43 @@ def test_fs_write_allowed_beside_a_shell_step_is_kept(repo: Path) -> None:
     assert steps["wait"]["status"] == "succeeded", steps["wait"]
     assert steps["write"]["status"] == "succeeded", steps["write"]
     assert (repo / ".env.local").read_text() == "A=1"
+
+
+@pytest.mark.skipif(_NO_MOUNTS, reason="no mount namespace for read-only mounts here")
+def test_writing_through_a_protected_symlink_cannot_change_its_target(repo: Path) -> None:
+    (repo / "config").mkdir()
+    (repo / "config" / "app.env").write_text(ENV)
+    (repo / ".env.local").symlink_to("config/app.env")
+    steps = _run(repo, "{allow: [cp]}", {"through": ["cp", "payload", ".env.local"]})
+    assert "Read-only file system" in _failed(steps["through"])
+    assert (repo / "config" / "app.env").read_text() == ENV
+
+
+def test_a_tree_too_deep_to_check_fails_closed(repo: Path) -> None:
+    # Past the walk's bound a `.git` could be hidden from the read-only mounts, so a call
+    # that makes the tree too deep fails, and no call starts in such a tree.
+    deep = "/".join(["d"] * 70)
+    steps = _run(
+        repo,
+        "{allow: [mkdir, cp]}",
+        {
+            "dig": ["mkdir", "-p", deep],
+            "hook": ["cp", "payload", ".git/hooks/pre-commit"],
+        },
+    )
+    assert "deeper than 64 levels" in _failed(steps["dig"])
+    hook = _failed(steps["hook"])
+    assert "shell.protected" in hook
+    assert "grant a narrower folder" in hook
+    assert not (repo / ".git" / "hooks" / "pre-commit").exists()
+
+
+def test_protected_everywhere_allowed_needs_no_walk(repo: Path) -> None:
+    deep = "/".join(["d"] * 70)
+    steps = _run(
+        repo,
+        "{allow: [mkdir, cp], protected: ['**']}",
+        {"dig": ["mkdir", "-p", deep], "again": ["mkdir", "-p", deep + "/e"]},
+    )
+    assert steps["dig"]["status"] == "succeeded", steps["dig"]
+    assert steps["again"]["status"] == "succeeded", steps["again"]

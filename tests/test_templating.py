@@ -332,3 +332,8 @@ def test_fast_path_equals_pure_jinja(case: tuple[dict[str, Any], str]) -> None:
     jinja_result = _outcome(jinja, context)
     assert fast_result == jinja_result
     assert type(fast_result[1]) is type(jinja_result[1])
+
+
+def test_fromjson_of_deep_nesting_is_a_clear_template_error() -> None:
+    with pytest.raises(TemplateError, match="JSON nests deeper than 100 levels"):
+        Template.parse("${{ ('[' * 100000) | fromjson }}").render({})
