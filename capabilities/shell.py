@@ -95,7 +95,6 @@ _REAP_TIMEOUT = 5.0  # seconds to wait for a SIGKILLed child to be reaped
 _STATUS_LIMIT = 64 * 1024  # bytes kept from the launcher's status pipe
 _CGROUP_CLEANUP = 2.0  # seconds to empty and remove a call's pids cgroup
 _LAUNCHER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "_launcher.py")
-_SETUP_FAILED = 125  # the launcher's exit code when it could not set up the sandbox
 _PIDS_V1 = "/sys/fs/cgroup/pids"
 _STDERR_TAIL_LINES = 20
 

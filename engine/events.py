@@ -5,8 +5,7 @@ live progress view, tests) each see every event in order. With no subscriber an 
 costs one attribute check.
 
 `Event` is a slots dataclass rather than a pydantic model: a run builds about six per step,
-so it sits on the hot path. `EVENT_ADAPTER` (a pydantic `TypeAdapter`) validates and
-serialises it where it crosses a boundary.
+so it sits on the hot path.
 """
 
 from __future__ import annotations
@@ -17,9 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 import structlog
-from pydantic import TypeAdapter
 
-__all__ = ["EVENT_ADAPTER", "Event", "EventBus", "EventKind", "structlog_subscriber"]
+__all__ = ["Event", "EventBus", "EventKind", "structlog_subscriber"]
 
 EventKind = Literal[
     "run.started",
@@ -46,9 +44,6 @@ class Event:
     attempt: int | None = None
     ts: float = field(default_factory=time.time)
     data: dict[str, Any] = field(default_factory=dict)
-
-
-EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
 
 
 Subscriber = Callable[[Event], None]
