@@ -80,6 +80,7 @@ from capabilities._confine import (
 )
 from capabilities._gitconfig import git_env
 from engine._globs import compile_glob
+from engine._secrets import is_secret_env_name
 from engine.capability import Action, CallContext, Family, Registry
 from engine.diagnostics import did_you_mean
 from engine.errors import CapabilityDenied, StepFailed, StepTimeout
@@ -167,12 +168,9 @@ _REFUSED_ENV = (
     # fixed by planloom
     "HOME",
     "TMPDIR",
-    # secrets
-    "*_KEY",
-    "*TOKEN*",
-    "*SECRET*",
-    "*PASSWORD*",
 )
+# Secrets are the engine's one rule (`is_secret_env_name`): a variable the engine redacts as
+# a secret is never handed to a child either.
 
 
 def _check_env_name(name: str) -> str:
@@ -926,7 +924,9 @@ def _resolve_program(
 
 def _is_refused_env(name: str) -> bool:
     upper = name.upper()
-    return any(fnmatch.fnmatchcase(upper, pattern) for pattern in _REFUSED_ENV)
+    return is_secret_env_name(upper) or any(
+        fnmatch.fnmatchcase(upper, pattern) for pattern in _REFUSED_ENV
+    )
 
 
 def _child_env(grant: ShellGrant, workdir: str, ctx: CallContext) -> dict[str, str]:

@@ -16,6 +16,7 @@ import pytest
 from _procs import run_json
 
 from capabilities.shell import _is_refused_env
+from engine._secrets import is_secret_env_name
 
 
 def _recipe(folder: Path, env: dict[str, str], argv: list[str], allow: str) -> Path:
@@ -91,3 +92,25 @@ def test_each_class_of_hook_variable_is_refused(name: str) -> None:
 @pytest.mark.parametrize("name", ["NOTES_DIR", "TZ", "LANG", "LC_ALL", "CI", "SRC", "TERM"])
 def test_plain_names_pass(name: str) -> None:
     assert not _is_refused_env(name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "OPENAI_API_KEY", "DB_PASSWD", "AWS_SESSION_TOKEN", "MY_CREDENTIALS", "GH_AUTH",
+        "SIGNING_KEY", "PRIVATE_PEM", "ACCESS_KEY_ID", "session_cookie",
+    ],
+)  # fmt: skip
+def test_a_variable_the_engine_redacts_as_a_secret_never_reaches_a_child(name: str) -> None:
+    # One rule: what the engine treats as a secret (and redacts) the grant cannot pass on.
+    assert is_secret_env_name(name)
+    assert _is_refused_env(name)
+
+
+def test_passing_a_secret_variable_is_refused_through_the_cli(tmp_path: Path) -> None:
+    recipe = _recipe(tmp_path, {"DB_PASSWD": "hunter22"}, ["printenv", "DB_PASSWD"], "printenv")
+    _, result = run_json(recipe, tmp_path)
+    step = result["steps"]["run"]
+    assert step["status"] == "failed"
+    assert "shell.env" in step["error"]
+    assert "hunter22" not in json.dumps(result)
