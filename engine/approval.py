@@ -68,6 +68,27 @@ class GateRequest(BaseModel):
     decision recorded in the cassette answer it. A call that runs live is always decided
     by the live approver, whatever the cassette holds."""
 
+    def decision(
+        self,
+        approved: bool,
+        by: str,
+        reason: str | None = None,
+        *,
+        edited_params: Any = None,
+        quit: bool = False,
+    ) -> Decision:
+        """The decision on this call, bound to its exact params (`params_hash`)."""
+        return Decision(
+            step_id=self.step_id,
+            action=self.action,
+            params_hash=self.params_hash,
+            approved=approved,
+            by=by,
+            reason=reason,
+            edited_params=edited_params,
+            quit=quit,
+        )
+
 
 class Approver(Protocol):
     """Decides gated calls and answers `human.ask` questions.
@@ -95,7 +116,7 @@ class ApproveAll:
     """Approves everything (`--yes`)."""
 
     async def decide(self, request: GateRequest) -> Decision:
-        return _decision(request, True, "--yes")
+        return request.decision(True, "--yes")
 
     async def answer(self, step_id: str, question: Question) -> Any:
         return _unattended(question, "--yes")
@@ -108,7 +129,7 @@ class DenyAll:
         self.reason = reason
 
     async def decide(self, request: GateRequest) -> Decision:
-        return _decision(request, False, "--no", self.reason)
+        return request.decision(False, "--no", self.reason)
 
     async def answer(self, step_id: str, question: Question) -> Any:
         return _unattended(question, "--no")
@@ -123,7 +144,7 @@ class FailClosed:
     )
 
     async def decide(self, request: GateRequest) -> Decision:
-        return _decision(request, False, "fail-closed", self.reason)
+        return request.decision(False, "fail-closed", self.reason)
 
     async def answer(self, step_id: str, question: Question) -> Any:
         return _unattended(question, "no terminal")
@@ -149,7 +170,7 @@ class TerminalApprover:
 
     async def decide(self, request: GateRequest) -> Decision:
         if self.approve_all:
-            return _decision(request, True, "terminal (approve all)")
+            return request.decision(True, "terminal (approve all)")
         # Long values folded, escapes made visible: params may come from tool output.
         folded, _ = sanitize_for_llm(request.params, limit=_SHOWN_VALUE)
         params = json.dumps(folded, indent=2, default=repr, ensure_ascii=True)
@@ -168,27 +189,27 @@ class TerminalApprover:
         for _ in range(self.MAX_TRIES):
             answer = (await _ask_in_thread(prompt)).strip()
             if answer in {"a", "y", "yes"}:
-                return _decision(request, True, "terminal")
+                return request.decision(True, "terminal")
             if answer == "A":
                 self.approve_all = True
-                return _decision(request, True, "terminal (approve all)")
+                return request.decision(True, "terminal (approve all)")
             if answer == "q":
-                decision = _decision(request, False, "terminal", "the person quit the run")
+                decision = request.decision(False, "terminal", "the person quit the run")
                 return decision.model_copy(update={"quit": True})
             if answer == "d":
                 reason = (await _ask_in_thread("reason (optional) > ")).strip()
-                return _decision(request, False, "terminal", reason or "denied at the terminal")
+                return request.decision(False, "terminal", reason or "denied at the terminal")
             if answer != "e":
-                return _decision(request, False, "terminal", "answered no")
+                return request.decision(False, "terminal", "answered no")
             text = await _ask_in_thread("new params as one line of JSON > ")
             try:
                 edited = loads_json(text)
             except ValueError as exc:  # a typo is not a "no": ask again
                 prompt = f"{head}\nyour edit was refused: not JSON ({exc})\n{self.MENU}"
                 continue
-            decision = _decision(request, True, "terminal (edited)")
+            decision = request.decision(True, "terminal (edited)")
             return decision.model_copy(update={"edited_params": edited})
-        return _decision(request, False, "terminal", "no usable answer")
+        return request.decision(False, "terminal", "no usable answer")
 
     async def answer(self, step_id: str, question: Question) -> Any:
         hint = {
@@ -248,17 +269,6 @@ def _ask(prompt: str) -> str:
     sys.stderr.flush()
     line = sys.stdin.readline()
     return line if line else "n"
-
-
-def _decision(request: GateRequest, approved: bool, by: str, reason: str | None = None) -> Decision:
-    return Decision(
-        step_id=request.step_id,
-        action=request.action,
-        params_hash=request.params_hash,
-        approved=approved,
-        by=by,
-        reason=reason,
-    )
 
 
 class Gatekeeper:
@@ -364,8 +374,8 @@ class Gatekeeper:
             except ReplayMismatch:  # a replay with no recorded decision: the step says so
                 raise
             except Exception as exc:  # a broken approver fails closed
-                return _decision(
-                    request, False, "error", f"approver failed: {type(exc).__name__}: {exc}"
+                return request.decision(
+                    False, "error", f"approver failed: {type(exc).__name__}: {exc}"
                 )
             edited = decision.edited_params
             if edited is None or not decision.approved:
@@ -374,4 +384,4 @@ class Gatekeeper:
             if problem is None:  # the approval binds to the params as edited
                 return decision.model_copy(update={"params_hash": params_hash(edited)})
             request = request.model_copy(update={"params": edited, "problem": problem})
-        return _decision(request, False, "terminal", "edited params never passed the schema")
+        return request.decision(False, "terminal", "edited params never passed the schema")

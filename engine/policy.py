@@ -546,11 +546,4 @@ def _source(number: int) -> str:
 
 
 def _decision(request: GateRequest, approved: bool, reason: str, source: str) -> Decision:
-    return Decision(
-        step_id=request.step_id,
-        action=request.action,
-        params_hash=request.params_hash,
-        approved=approved,
-        by=source,
-        reason=reason,
-    )
+    return request.decision(approved, source, reason)

@@ -781,13 +781,10 @@ class Tape:
         if self.replaying and request.replayed:
             entry = self._take(self._approvals, (request.step_id, request.action, digest, ordinal))
             if entry is not None:
-                return Decision(
-                    step_id=request.step_id,
-                    action=request.action,
-                    params_hash=request.params_hash,
-                    approved=entry.approved,
-                    by=RECORDED,
-                    reason=entry.reason,
+                return request.decision(
+                    entry.approved,
+                    RECORDED,
+                    entry.reason,
                     edited_params=entry.edited_params,
                     quit=entry.quit,
                 )
@@ -801,13 +798,8 @@ class Tape:
         except ReplayMismatch:
             raise
         except Exception as exc:  # fails closed, as the gatekeeper would: record that
-            decision = Decision(
-                step_id=request.step_id,
-                action=request.action,
-                params_hash=request.params_hash,
-                approved=False,
-                by="error",
-                reason=f"approver failed: {type(exc).__name__}: {exc}",
+            decision = request.decision(
+                False, "error", f"approver failed: {type(exc).__name__}: {exc}"
             )
         if self.recording:
             self.cassette.approvals.append(

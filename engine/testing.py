@@ -198,14 +198,7 @@ class ScriptedApprover:
         self.requests.append(request)
         verdict = self.decisions.get(request.step_id, False)
         reason = verdict if isinstance(verdict, str) else None
-        return Decision(
-            step_id=request.step_id,
-            action=request.action,
-            params_hash=request.params_hash,
-            approved=verdict is True,
-            by="script",
-            reason=reason if verdict is not True else None,
-        )
+        return request.decision(verdict is True, "script", reason if verdict is not True else None)
 
     async def answer(self, step_id: str, question: Question) -> Any:
         self.questions.append((step_id, question))
