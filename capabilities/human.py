@@ -22,7 +22,9 @@ async def _ask(params: Question, ctx: CallContext) -> Answer:
 
 def register(registry: Registry) -> None:
     """Add the `human` family and `human.ask`."""
-    registry.add_family(Family("human", "questions to the person running the plan", EmptyGrant))
+    registry.add_family(
+        Family("human", "questions to the person running the plan", EmptyGrant, for_agents=False)
+    )
     registry.add(
         Action(
             "human.ask",

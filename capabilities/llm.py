@@ -84,7 +84,7 @@ async def _extract(params: ExtractParams, ctx: CallContext) -> ExtractResult:
 
 def register(registry: Registry) -> None:
     """Add the `llm` family and its actions."""
-    registry.add_family(Family("llm", "calls to the run's model", EmptyGrant))
+    registry.add_family(Family("llm", "calls to the run's model", EmptyGrant, for_agents=False))
     registry.add(
         Action(
             "llm.complete",

@@ -1,7 +1,6 @@
-"""A scripted LLM and a local OpenAI-compatible HTTP server, for tests and benchmarks.
+"""A local OpenAI-compatible HTTP server playing a scripted LLM, for tests and benchmarks.
 
-`ScriptedModel` wraps a plain Python function from the request to the reply (as pydantic-ai's
-`FunctionModel` does). `FakeOpenAIServer` serves it on 127.0.0.1 with the OpenAI chat
+`FakeOpenAIServer` serves a `ScriptedModel` on 127.0.0.1 with the OpenAI chat
 completions wire format, so tests drive the real `openai` client over real HTTP, and can
 inject the failures real endpoints have: 429 with `Retry-After`, 5xx, slow answers, bodies
 that are not JSON, truncated bodies and dropped connections.
@@ -26,323 +25,44 @@ Example:
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import http.server
 import json
-import math
-import socket
 import sys
 import threading
 import traceback
 from collections import deque
-from collections.abc import Callable
-from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any, Literal, cast
+from typing import Any, cast
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import ValidationError
+
+from engine._fakellm_http import TrackingHTTPServer
+from engine._fakellm_model import ChatReply, ChatRequest, ModelFunction, ScriptedModel, ToolCall
+from engine._fakellm_wire import (
+    CREATED,
+    TRUNCATED,
+    Fault,
+    FaultKind,
+    completion_body,
+    error_body,
+    probe_body,
+    tool_call_body,
+)
 
 __all__ = [
+    "CREATED",
     "ChatReply",
     "ChatRequest",
     "FakeOpenAIServer",
     "Fault",
+    "FaultKind",
     "ModelFunction",
     "ScriptedModel",
     "ToolCall",
 ]
 
-CREATED = 1_700_000_000
-"""The fixed `created` timestamp of every response (no clock, so replays are identical)."""
-
 _JOIN_TIMEOUT = 5.0
 _IDLE_TIMEOUT = 60.0  # an idle keep-alive connection is dropped after this long
-
-
-class ChatRequest(BaseModel):
-    """The body of a `POST /v1/chat/completions` request (unknown fields are kept)."""
-
-    model_config = ConfigDict(extra="allow")
-
-    model: str
-    messages: list[dict[str, Any]]
-    tools: list[dict[str, Any]] | None = None
-    tool_choice: Any = None
-    response_format: dict[str, Any] | None = None
-    temperature: float | None = None
-    parallel_tool_calls: bool | None = None
-
-    def last_user_text(self) -> str:
-        """The text of the last `user` message ("" when there is none)."""
-        for message in reversed(self.messages):
-            if message.get("role") == "user":
-                return _text_of(message.get("content"))
-        return ""
-
-    def tool_names(self) -> list[str]:
-        """The names of the function tools offered, in order."""
-        return [
-            str(tool["function"]["name"])
-            for tool in self.tools or []
-            if isinstance(tool.get("function"), dict) and "name" in tool["function"]
-        ]
-
-    def tool_results(self) -> list[tuple[str, str]]:
-        """The `role: tool` messages as `(tool_call_id, content)`, in order."""
-        return [
-            (str(message.get("tool_call_id", "")), _text_of(message.get("content")))
-            for message in self.messages
-            if message.get("role") == "tool"
-        ]
-
-    def wants_json_schema(self) -> dict[str, Any] | None:
-        """The JSON Schema asked for by `response_format={"type": "json_schema", ...}`.
-
-        Returns `response_format.json_schema.schema` (`{}` if absent), or None when the
-        request does not ask for structured output with a schema.
-        """
-        fmt = self.response_format
-        if not fmt or fmt.get("type") != "json_schema":
-            return None
-        spec = fmt.get("json_schema")
-        schema = spec.get("schema") if isinstance(spec, dict) else None
-        return dict(schema) if isinstance(schema, dict) else {}
-
-
-def _text_of(content: Any) -> str:
-    """Message content as text: a string, or the `text` parts of a content-part list."""
-    if content is None:
-        return ""
-    if isinstance(content, str):
-        return content
-    if isinstance(content, list):
-        return "".join(str(part.get("text", "")) for part in content if isinstance(part, dict))
-    return str(content)
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """One tool call in a reply; `arguments` is a dict (sent as JSON) or a raw string.
-
-    A raw string is sent as is, so a test can send arguments that are not valid JSON.
-    `id` defaults to `call_<n>`, numbered by the server.
-    """
-
-    name: str
-    arguments: dict[str, Any] | str = field(default_factory=dict)
-    id: str | None = None
-
-    def arguments_json(self) -> str:
-        if isinstance(self.arguments, str):
-            return self.arguments
-        return json.dumps(self.arguments)
-
-
-@dataclass(frozen=True)
-class ChatReply:
-    """What the model answers. Token counts and `finish_reason` are derived when None.
-
-    `finish_reason` defaults to "tool_calls" when there are tool calls, else "stop".
-    """
-
-    content: str | None = None
-    tool_calls: list[ToolCall] = field(default_factory=list)
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    finish_reason: str | None = None
-
-
-ModelFunction = Callable[[ChatRequest], ChatReply | str | dict[str, Any]]
-"""A model: from the request to a `ChatReply`, a `str` (the content) or a `dict` (sent as
-JSON content, handy for structured output)."""
-
-
-def _as_reply(value: object) -> ChatReply:
-    if isinstance(value, ChatReply):
-        return value
-    if isinstance(value, str):
-        return ChatReply(content=value)
-    if isinstance(value, dict):
-        return ChatReply(content=json.dumps(value))
-    raise TypeError(
-        f"a model function must return ChatReply, str or dict, not {type(value).__name__}"
-    )
-
-
-class ScriptedModel:
-    """A model played by a Python function; records every request it answers in `calls`."""
-
-    def __init__(self, fn: ModelFunction) -> None:
-        self.fn = fn
-        self.calls: list[ChatRequest] = []
-        self._lock = threading.Lock()
-
-    @classmethod
-    def sequence(cls, *replies: ChatReply | str | dict[str, Any]) -> ScriptedModel:
-        """A model that plays `replies` in order, one per request.
-
-        One request more than there are replies fails with `AssertionError("the script ran
-        out after N calls")`, which the server returns as an HTTP 500 with that message.
-        """
-        script = list(replies)
-        lock = threading.Lock()
-        played = 0
-
-        def play(request: ChatRequest) -> ChatReply | str | dict[str, Any]:
-            nonlocal played
-            with lock:
-                number = played
-                played += 1
-            if number >= len(script):
-                raise AssertionError(
-                    f"the script ran out after {len(script)} calls "
-                    f"(request {number + 1} has no scripted reply)"
-                )
-            return script[number]
-
-        return cls(play)
-
-    def reply(self, request: ChatRequest) -> ChatReply:
-        """Record `request`, ask the function, and fill in usage and `finish_reason`."""
-        with self._lock:
-            self.calls.append(request)
-        reply = _as_reply(self.fn(request))
-        prompt = reply.prompt_tokens
-        if prompt is None:
-            prompt = _estimate_tokens(
-                json.dumps(request.messages + (request.tools or []), sort_keys=True)
-            )
-        completion = reply.completion_tokens
-        if completion is None:
-            text = (reply.content or "") + "".join(
-                call.name + call.arguments_json() for call in reply.tool_calls
-            )
-            completion = _estimate_tokens(text)
-        finish = reply.finish_reason or ("tool_calls" if reply.tool_calls else "stop")
-        return ChatReply(
-            content=reply.content,
-            tool_calls=list(reply.tool_calls),
-            prompt_tokens=prompt,
-            completion_tokens=completion,
-            finish_reason=finish,
-        )
-
-
-def _estimate_tokens(text: str) -> int:
-    """About four characters a token, as OpenAI's rule of thumb; deterministic."""
-    return math.ceil(len(text) / 4)
-
-
-FaultKind = Literal["status", "delay", "malformed", "truncated", "disconnect"]
-
-
-@dataclass(frozen=True)
-class Fault:
-    """A failure the server plays instead of (or, for `delay`, before) a normal reply.
-
-    Build one with `Fault.status`, `Fault.delay`, `Fault.malformed`, `Fault.truncated` or
-    `Fault.disconnect`, and queue it with `FakeOpenAIServer.inject`.
-    """
-
-    kind: FaultKind
-    code: int = 200
-    body: dict[str, Any] | str | bytes | None = None
-    retry_after: float | str | None = None
-    seconds: float = 0.0
-    content_type: str = "application/json"
-
-    @classmethod
-    def status(
-        cls,
-        code: int,
-        body: dict[str, Any] | str | bytes | None = None,
-        retry_after: float | str | None = None,
-    ) -> Fault:
-        """Answer with HTTP `code` (429, 500, 401, ...) and an OpenAI-style error body.
-
-        Args:
-            code: the HTTP status.
-            body: None for a default error; a str for the error's message; a dict sent as
-                JSON; bytes sent as they are.
-            retry_after: the `Retry-After` header's value, if any (e.g. 2 → "2").
-        """
-        return cls("status", code=code, body=body, retry_after=retry_after)
-
-    @classmethod
-    def delay(cls, seconds: float) -> Fault:
-        """Wait `seconds` before answering normally (to trigger client timeouts).
-
-        The wait ends early when the server closes, so a long delay does not slow a test.
-        """
-        return cls("delay", seconds=seconds)
-
-    @classmethod
-    def malformed(
-        cls,
-        body: str | bytes = b'{"id": "chatcmpl-0", "object": "chat.comp',
-        content_type: str = "application/json",
-    ) -> Fault:
-        """Answer 200 with `body`, by default a JSON document cut short.
-
-        With a `content_type` that is not JSON (e.g. "text/html", as a proxy's error page),
-        the openai client does not raise: `create()` returns the body as a `str`.
-        """
-        return cls("malformed", body=body, content_type=content_type)
-
-    @classmethod
-    def truncated(cls) -> Fault:
-        """Answer 200, announce the whole body's length, send half of it and close."""
-        return cls("truncated")
-
-    @classmethod
-    def disconnect(cls) -> Fault:
-        """Read the request, then close the connection without any response."""
-        return cls("disconnect")
-
-
-_ERROR_TYPES: dict[int, tuple[str, str | None, str]] = {
-    400: ("invalid_request_error", None, "Bad request."),
-    401: ("invalid_request_error", "invalid_api_key", "Incorrect API key provided."),
-    403: ("permission_denied", None, "You are not allowed to use this model."),
-    404: ("invalid_request_error", "not_found", "Not found."),
-    408: ("timeout", None, "Request timed out."),
-    409: ("conflict", None, "Conflict."),
-    422: ("invalid_request_error", None, "Unprocessable entity."),
-    429: ("requests", "rate_limit_exceeded", "Rate limit reached; please try again later."),
-    500: ("server_error", None, "The server had an error while processing your request."),
-    502: ("server_error", None, "Bad gateway."),
-    503: ("server_error", None, "The engine is currently overloaded."),
-}
-
-
-def _error_body(
-    code: int, message: str | None = None, *, param: str | None = None
-) -> dict[str, Any]:
-    kind, error_code, default = _ERROR_TYPES.get(code, ("server_error", None, "Error."))
-    return {
-        "error": {
-            "message": message or default,
-            "type": kind,
-            "param": param,
-            "code": error_code,
-        }
-    }
-
-
-_TRUNCATED: dict[str, Any] = {
-    "id": "chatcmpl-truncated",
-    "object": "chat.completion",
-    "created": CREATED,
-    "model": "fake-model",
-    "choices": [
-        {
-            "index": 0,
-            "message": {"role": "assistant", "content": "this reply is cut off " * 8},
-            "finish_reason": "stop",
-        }
-    ],
-    "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-}
 
 
 class FakeOpenAIServer:
@@ -498,89 +218,14 @@ class FakeOpenAIServer:
             calls = []
             for call in reply.tool_calls:
                 self._tool_calls += 1
-                calls.append(
-                    {
-                        "id": call.id or f"call_{self._tool_calls}",
-                        "type": "function",
-                        "function": {"name": call.name, "arguments": call.arguments_json()},
-                    }
-                )
-        message: dict[str, Any] = {"role": "assistant", "content": reply.content}
-        if calls:
-            message["tool_calls"] = calls
-        prompt = reply.prompt_tokens or 0
-        completion = reply.completion_tokens or 0
-        return {
-            "id": f"chatcmpl-{number}",
-            "object": "chat.completion",
-            "created": CREATED,
-            "model": request.model,
-            "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
-            "usage": {
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": prompt + completion,
-            },
-        }
+                calls.append(tool_call_body(call, call.id or f"call_{self._tool_calls}"))
+        return completion_body(request, number, reply, calls)
 
 
-def _probe_reply(request: ChatRequest) -> dict[str, Any]:
-    """The answer to a one-token probe: "ok", one token each way."""
-    return {
-        "id": "chatcmpl-probe",
-        "object": "chat.completion",
-        "created": CREATED,
-        "model": request.model,
-        "choices": [
-            {
-                "index": 0,
-                "message": {"role": "assistant", "content": "ok"},
-                "finish_reason": "length",
-            }
-        ],
-        "usage": {"prompt_tokens": 1, "completion_tokens": 1, "total_tokens": 2},
-    }
+class _HTTPServer(TrackingHTTPServer):
+    """Serves one `FakeOpenAIServer`, keeping bugs in the fake where tests look."""
 
-
-class _HTTPServer(http.server.ThreadingHTTPServer):
-    """Tracks its connection threads so `close` can end and join them all."""
-
-    daemon_threads = True
     fake: FakeOpenAIServer
-
-    def __init__(self, address: tuple[str, int], handler: type[_Handler]) -> None:
-        super().__init__(address, handler)
-        self._live: dict[threading.Thread, socket.socket] = {}
-        self._live_lock = threading.Lock()
-
-    def process_request(self, request: Any, client_address: Any) -> None:
-        # registered here, in the serving thread, so after `shutdown()` every thread is known
-        thread = threading.Thread(
-            target=self._serve_connection,
-            args=(request, client_address),
-            name=f"fake-openai-conn:{client_address[1]}",
-            daemon=True,
-        )
-        with self._live_lock:
-            self._live[thread] = request
-        thread.start()
-
-    def _serve_connection(self, request: Any, client_address: Any) -> None:
-        try:
-            self.process_request_thread(request, client_address)
-        finally:
-            with self._live_lock:
-                self._live.pop(threading.current_thread(), None)
-
-    def end_connections(self, timeout: float) -> None:
-        with self._live_lock:
-            live = dict(self._live)
-        for sock in live.values():
-            # wakes a handler blocked reading an idle keep-alive connection
-            with contextlib.suppress(OSError):  # already closed by its handler
-                sock.shutdown(socket.SHUT_RDWR)
-        for thread in live:
-            thread.join(timeout)
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         exc = sys.exc_info()[1]
@@ -632,10 +277,10 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         headers = self._headers()
         if self.path.rstrip("/") != "/v1/models":
-            self._send(404, _error_body(404, f"Unknown path {self.path}"))
+            self._send(404, error_body(404, f"Unknown path {self.path}"))
             return
         if not self.fake._authorized(headers):
-            self._send(401, _error_body(401))
+            self._send(401, error_body(401))
             return
         models = sorted({request.model for request in self.fake.requests} or {"fake-model"})
         data = [
@@ -649,12 +294,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         headers = self._headers()
         raw = self._read_body()
         if self.path.rstrip("/") != "/v1/chat/completions":
-            self._send(404, _error_body(404, f"Unknown path {self.path}"))
+            self._send(404, error_body(404, f"Unknown path {self.path}"))
             return
         try:
             request = ChatRequest.model_validate_json(raw)
         except ValidationError as exc:
-            self._send(400, _error_body(400, f"Invalid request body: {exc}"))
+            self._send(400, error_body(400, f"Invalid request body: {exc}"))
             return
         probe = (request.model_extra or {}).get("max_tokens") == 1
         with fake._lock:
@@ -664,20 +309,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 fake.requests.append(request)
                 fake.headers.append(headers)
         if not fake._authorized(headers):
-            self._send(401, _error_body(401))
+            self._send(401, error_body(401))
             return
         if fake.chat_status is not None:
-            self._send(fake.chat_status, _error_body(fake.chat_status))
+            self._send(fake.chat_status, error_body(fake.chat_status))
             return
         if probe:
-            self._send(200, _probe_reply(request))
+            self._send(200, probe_body(request))
             return
         if not fake.supports_json_schema and request.wants_json_schema() is not None:
             message = (
                 "Invalid parameter: 'response_format' of type 'json_schema' is not supported "
                 "with this model. Use {'type': 'json_object'} instead."
             )
-            self._send(400, _error_body(400, message, param="response_format"))
+            self._send(400, error_body(400, message, param="response_format"))
             return
         fault = fake._next_fault()
         if fault is not None and fault.kind != "delay":
@@ -694,7 +339,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             with fake._lock:
                 fake.errors.append(exc)
             last = traceback.format_exception_only(exc)[-1].strip()
-            self._send(500, _error_body(500, f"the fake model raised {last}"))
+            self._send(500, error_body(500, f"the fake model raised {last}"))
             return
         self._send(200, response, {"x-request-id": f"req_{response['id'].split('-')[-1]}"})
 
@@ -702,7 +347,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if fault.kind == "status":
             body = fault.body
             payload = (
-                _error_body(fault.code, body) if body is None or isinstance(body, str) else body
+                error_body(fault.code, body) if body is None or isinstance(body, str) else body
             )
             extra = {}
             if fault.retry_after is not None:
@@ -714,7 +359,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             raw = fault.body if isinstance(fault.body, bytes) else str(fault.body).encode()
             self._send(200, raw, content_type=fault.content_type)
         elif fault.kind == "truncated":
-            body = json.dumps(_TRUNCATED).encode()
+            body = json.dumps(TRUNCATED).encode()
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(body)))

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import typing
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -28,6 +28,7 @@ __all__ = [
     "Family",
     "ParamPath",
     "Registry",
+    "ToolEntry",
 ]
 
 P = TypeVar("P", bound=BaseModel)
@@ -81,12 +82,29 @@ class Family:
 
     `confinement`, when given, reports the confinement layers this machine supports for
     the family's calls, layer → "active" or "unavailable: why" (`planloom tools`).
+    `for_agents` is false for families that stand for the model or the person themselves
+    (`llm`, `human`): a model is not handed their tools unless a recipe lists them.
     """
 
     name: str
     description: str
     grant_model: type[BaseModel] = EmptyGrant
     confinement: Callable[[], dict[str, str]] | None = None
+    for_agents: bool = True
+
+
+@dataclass(frozen=True)
+class ToolEntry:
+    """One action as catalogues show it (`planloom tools`, the planner's prompt, agents).
+
+    `side_effects` is None when the action decides per call (e.g. HTTP GET vs POST).
+    """
+
+    name: str
+    family: str
+    description: str
+    side_effects: bool | None
+    params: dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -149,6 +167,31 @@ class Registry:
 
     def get(self, name: str) -> Action[Any] | None:
         return self.actions.get(name)
+
+    def catalogue(self, granted: Iterable[str] | None = None) -> list[ToolEntry]:
+        """The actions (of the `granted` families, or all), by name, with params schemas."""
+        families = set(self.families if granted is None else granted)
+        return [
+            ToolEntry(
+                name,
+                action.family,
+                action.description,
+                action.side_effects if isinstance(action.side_effects, bool) else None,
+                action.params_model.model_json_schema(),
+            )
+            for name, action in sorted(self.actions.items())
+            if action.family in families
+        ]
+
+    def agent_tools(self, granted: Iterable[str]) -> list[str]:
+        """The granted actions a model may be handed without a recipe naming them: not
+        those of families that stand for the model or the person (`Family.for_agents`)."""
+        families = set(granted)
+        return sorted(
+            name
+            for name, action in self.actions.items()
+            if action.family in families and self.families[action.family].for_agents
+        )
 
     def suggest(self, name: str) -> str | None:
         return did_you_mean(name, self.actions)

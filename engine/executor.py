@@ -10,12 +10,11 @@ in-flight steps as `cancelled` (their children are killed by the capabilities), 
 from __future__ import annotations
 
 import asyncio
-import gc
 import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -24,12 +23,13 @@ from tenacity import (
     AsyncRetrying,
     retry_if_exception,
     stop_after_attempt,
-    wait_exponential,
-    wait_fixed,
 )
 
+from engine._compiled import CompiledAction, CompiledStep, retry_wait, retryable
+from engine._gc import heap_frozen
 from engine._graph import plan_graph, step_dependencies
 from engine._scheduler import Scheduler
+from engine._scope import enter_scope
 from engine._secrets import Secrets
 from engine.agent import AgentRunner, AgentTask, ToolSpec
 from engine.approval import Approver, FailClosed, Gatekeeper
@@ -46,17 +46,14 @@ from engine.errors import (
 from engine.events import EventBus
 from engine.inputs import resolve_inputs
 from engine.llm import ChatResult, LLMClient
-from engine.model import AgentSpec, FallbackAction, Plan, RetryPolicy, Step
+from engine.model import AgentSpec, Plan, Step
 from engine.questions import Question
-from engine.recording import Tape, TapeApprover, enter_scope
 from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
-from engine.sandbox import Sandbox
+from engine.sandbox import LiveResults, Results, Sandbox
 from engine.templating import (
     Namespace,
     Template,
-    ValueTemplate,
     compile_value,
-    find_templates,
 )
 
 __all__ = ["Executor", "run_plan"]
@@ -65,81 +62,8 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 @dataclass
-class _Action:
-    """A compiled primary or fallback action: a tool call, or a task for the agent runner
-    (an `agent` spec, or the instructions of a natural-language fallback)."""
-
-    tool: str
-    params: ValueTemplate
-    timeout: float | None
-    agent: AgentSpec | None = None
-    goal: ValueTemplate | None = None
-    instructions: ValueTemplate | None = None
-    confirm: Literal["auto", "always", "never"] = "auto"
-    data_paths: frozenset[tuple[str | int, ...]] = field(init=False)
-    data_literals: frozenset[str] = field(init=False)
-
-    def __post_init__(self) -> None:
-        self.data_paths = _data_paths(self.params.value)
-        self.data_literals = self.params.constants
-
-    @property
-    def is_agent(self) -> bool:
-        return self.goal is not None or self.instructions is not None
-
-
-def _data_paths(raw: Any) -> frozenset[tuple[str | int, ...]]:
-    """Paths of the raw params whose text begins with a template: what a call finds there
-    is data (a file name, a step's output), not text the recipe's author wrote."""
-    return frozenset(path for path, text in find_templates(raw) if text.lstrip().startswith("${"))
-
-
-def _agent_action(spec: AgentSpec, timeout: float | None) -> _Action:
-    return _Action("agent", compile_value({}), timeout, spec, compile_value(spec.goal))
-
-
-@dataclass
 class _Tally:
     attempts: int = 0
-
-
-class _Compiled:
-    """A step with its templates compiled once."""
-
-    __slots__ = ("fallback", "for_each", "primary", "step", "when")
-
-    def __init__(self, step: Step) -> None:
-        self.step = step
-        if step.agent is not None:
-            self.primary = _agent_action(step.agent, step.timeout)
-        else:
-            assert step.tool is not None, "validation: a step has a tool or an agent"
-            self.primary = _Action(
-                step.tool, compile_value(step.params), step.timeout, confirm=step.confirm
-            )
-        self.fallback: _Action | None = None
-        fb = step.fallback
-        if isinstance(fb, FallbackAction):
-            timeout = fb.timeout or step.timeout
-            if fb.agent is not None:
-                self.fallback = _agent_action(fb.agent, timeout)
-            else:
-                # A fallback's gate is its own: `confirm: never` waives only the step's
-                # own action, so a fallback with side effects is gated as under `auto`.
-                confirm: Literal["auto", "always"] = (
-                    "always" if step.confirm == "always" else "auto"
-                )
-                self.fallback = _Action(
-                    fb.tool or "", compile_value(fb.params), timeout, confirm=confirm
-                )
-        elif isinstance(fb, str):
-            self.fallback = _Action(
-                "agent", compile_value({}), step.timeout, instructions=compile_value(fb)
-            )
-        self.when = Template.parse(step.when) if isinstance(step.when, str) else None
-        self.for_each = (
-            Template.parse(step.for_each) if isinstance(step.for_each, str) else step.for_each
-        )
 
 
 class Executor:
@@ -162,8 +86,9 @@ class Executor:
             these steps are not run again; their results stand.
         dry_run: read-only actions run; calls with side effects are reported (with their
             rendered params) instead of made, and steps needing their outputs are skipped.
-        tape: a cassette to record the run's tool results, approvals and answers into, or
-            to replay them from (the model client takes the same tape for its answers).
+        results: where tool results come from: the actions, run live (the default), or a
+            cassette that records or serves them (`engine.recording.Tape`; its
+            `TapeApprover` wraps the approver, and the model client takes it for answers).
     """
 
     def __init__(
@@ -183,7 +108,7 @@ class Executor:
         llm: LLMClient | None = None,
         preloaded: Mapping[str, StepResult] | None = None,
         dry_run: bool = False,
-        tape: Tape | None = None,
+        results: Results | None = None,
     ) -> None:
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -194,9 +119,6 @@ class Executor:
         if self.events.redact is None:
             self.events.redact = self.secrets.redact_value
         approver = approver or FailClosed()
-        if tape is not None:
-            approver = TapeApprover(tape, approver)
-        self.tape = tape
         self._mismatched: set[str] = set()  # steps a replay had no recording for
         self.gatekeeper = Gatekeeper(
             approver, redact=self.secrets.redact_value, on_quit=self.cancel
@@ -211,7 +133,7 @@ class Executor:
             max_tool_calls=plan.limits.max_tool_calls,
             ask=self._ask,
             llm=llm,
-            tape=tape,
+            results=results or LiveResults(),
         )
         self.registry = registry
         self.agent_runner = agent_runner
@@ -226,7 +148,7 @@ class Executor:
         self.sleep = sleep
         self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
         self.errors: list[str] = []
-        self._compiled = {s.id: _Compiled(s) for s in plan.all_steps()}
+        self._compiled = {s.id: CompiledStep(s) for s in plan.all_steps()}
         self._final_ids = frozenset(s.id for s in plan.finally_)
         self._view: Namespace = Namespace()
         self._run_view: dict[str, Any] = {"id": self.run_id, "name": plan.name}
@@ -248,13 +170,10 @@ class Executor:
         While it runs, objects that existed before it started (the plan, compiled
         templates, imported modules) are frozen out of the cyclic garbage collector, which
         then scans only what the run creates; on a large plan that is most of the engine's
-        per-step cost. They are unfrozen afterwards, so nothing is kept alive.
+        per-step cost (see `engine._gc.heap_frozen`).
         """
-        gc.freeze()
-        try:
+        with heap_frozen():
             return await self._run()
-        finally:
-            gc.unfreeze()
 
     async def _run(self) -> RunResult:
         started = time.monotonic()
@@ -394,7 +313,7 @@ class Executor:
             step_id, StepResult(status=status, output=output, error=error, attempts=tally.attempts)
         )
 
-    async def _run_items(self, compiled: _Compiled, context: dict[str, Any]) -> StepResult:
+    async def _run_items(self, compiled: CompiledStep, context: dict[str, Any]) -> StepResult:
         step = compiled.step
         items = compiled.for_each
         if isinstance(items, Template):
@@ -436,7 +355,7 @@ class Executor:
         )
 
     async def _run_chain(
-        self, compiled: _Compiled, context: dict[str, Any], tally: _Tally
+        self, compiled: CompiledStep, context: dict[str, Any], tally: _Tally
     ) -> tuple[StepStatus, Any, str | None]:
         """Primary with retries, then the fallback. `can_fail` is the caller's business."""
         step = compiled.step
@@ -469,7 +388,7 @@ class Executor:
         return ("denied" if denied else "failed"), None, error
 
     async def _with_retries(
-        self, compiled: _Compiled, action: _Action, context: dict[str, Any], tally: _Tally
+        self, compiled: CompiledStep, action: CompiledAction, context: dict[str, Any], tally: _Tally
     ) -> Any:
         policy = compiled.step.retry
         if policy is None or policy.attempts == 1:
@@ -477,8 +396,8 @@ class Executor:
             return await self._attempt(compiled.step, action, context, tally.attempts)
         retrying = AsyncRetrying(
             stop=stop_after_attempt(policy.attempts),
-            wait=_wait(policy),
-            retry=retry_if_exception(lambda exc: _retryable(exc, policy)),
+            wait=retry_wait(policy),
+            retry=retry_if_exception(lambda exc: retryable(exc, policy)),
             sleep=self.sleep,
             reraise=True,
         )
@@ -491,7 +410,7 @@ class Executor:
     async def _attempt(
         self,
         step: Step,
-        action: _Action,
+        action: CompiledAction,
         context: dict[str, Any],
         attempt: int,
         failure: str | None = None,
@@ -532,7 +451,7 @@ class Executor:
     async def _agent(
         self,
         step: Step,
-        action: _Action,
+        action: CompiledAction,
         context: dict[str, Any],
         attempt: int,
         failure: str | None,
@@ -604,12 +523,7 @@ class Executor:
         return ToolSpec(name, action.description, action.params_model.model_json_schema())
 
     def _granted_actions(self) -> list[str]:
-        granted = set(self.plan.capabilities)
-        return sorted(
-            name
-            for name, action in self.registry.actions.items()
-            if action.family in granted and action.family not in {"human", "llm"}
-        )
+        return self.registry.agent_tools(self.plan.capabilities)
 
     def _failure_context(self, step: Step, context: dict[str, Any], failure: str | None) -> str:
         try:
@@ -745,16 +659,6 @@ class Executor:
                 outputs[name] = None
                 self.errors.append(f"output '{name}': {exc}")
         return outputs
-
-
-def _wait(policy: RetryPolicy) -> Any:
-    if policy.backoff == "fixed":
-        return wait_fixed(policy.initial)
-    return wait_exponential(multiplier=policy.initial, max=policy.max)
-
-
-def _retryable(exc: BaseException, policy: RetryPolicy) -> bool:
-    return isinstance(exc, StepError) and exc.retryable and exc.kind in policy.on
 
 
 async def run_plan(plan: Plan, *, registry: Registry, base_dir: Path, **kwargs: Any) -> RunResult:

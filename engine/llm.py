@@ -20,7 +20,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 from urllib.parse import urlsplit
 
 import openai
@@ -209,6 +209,33 @@ class ChatResult(BaseModel):
 JsonMode = Literal["json_schema", "json_object", "text"]
 
 
+class Answers(Protocol):
+    """Where a model's answers come from: the live endpoint (`LiveAnswers`), or a cassette
+    that records them or serves them (`engine.recording.Tape`)."""
+
+    async def chat(
+        self,
+        request: dict[str, Any],
+        live: Callable[[dict[str, Any]], Awaitable[ChatResult]],
+        served: Callable[[ChatResult], None],
+    ) -> ChatResult:
+        """The answer to `request`; `live(request)` asks the endpoint. An answer given
+        without asking it is passed to `served`, to be counted as the live call was."""
+        ...
+
+
+class LiveAnswers:
+    """Every answer comes from the endpoint."""
+
+    async def chat(
+        self,
+        request: dict[str, Any],
+        live: Callable[[dict[str, Any]], Awaitable[ChatResult]],
+        served: Callable[[ChatResult], None],
+    ) -> ChatResult:
+        return await live(request)
+
+
 @dataclass
 class LLMClient:
     """Chat calls for one run, with retries, budget and usage accounting."""
@@ -219,7 +246,7 @@ class LLMClient:
     client: Any = None
     json_mode: JsonMode = "json_schema"  # downgraded when the endpoint refuses it
     on_call: Callable[[ChatResult], None] | None = None  # per-call usage, e.g. as events
-    tape: Any = None  # an `engine.recording.Tape`: answers are recorded, or replayed from it
+    answers: Answers = field(default_factory=lambda: LiveAnswers())  # or a cassette
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -294,10 +321,7 @@ class LLMClient:
             kwargs["response_format"] = response_format
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
-        if self.tape is not None:
-            result: ChatResult = await self.tape.chat(kwargs, self._call, self._count)
-        else:
-            result = await self._call(kwargs)
+        result = await self.answers.chat(kwargs, self._call, self._count)
         if self.on_call is not None:
             self.on_call(result)
         return result

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, Protocol
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from engine._problems import validation_problems
 from engine.capability import Action, Asker, CallContext, ParamPath, Registry
 from engine.errors import (
     ApprovalDenied,
@@ -29,7 +30,7 @@ from engine.errors import (
 )
 from engine.events import EventBus
 
-__all__ = ["Gate", "Sandbox"]
+__all__ = ["Gate", "LiveResults", "Results", "Sandbox", "ToolCall"]
 
 
 class Gate(Protocol):
@@ -55,6 +56,51 @@ class Gate(Protocol):
 Confirm = Literal["auto", "always", "never"]
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """One admitted call, as the layer its result comes through sees it.
+
+    `recorded` is false for actions whose own results are not recorded (their model's or
+    person's answers are, e.g. `llm.*`, `human.ask`).
+    """
+
+    step_id: str
+    attempt: int
+    action: str
+    params: Any
+    read_only: bool
+    recorded: bool = True
+
+
+class Results(Protocol):
+    """Where a tool call's result comes from: the action run live (`LiveResults`), or a
+    cassette that records it or serves it (`engine.recording.Tape`)."""
+
+    def serves(self, call: ToolCall) -> bool:
+        """Whether the result will be served with nothing run: settled before the call's
+        gate, since only then may a recorded decision answer it."""
+        ...
+
+    async def result(
+        self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
+    ) -> Any:
+        """The call's result; `live()` runs the action. `replayed` says the gate was asked
+        on the promise that `serves(call)` holds."""
+        ...
+
+
+class LiveResults:
+    """Every result comes from running the action."""
+
+    def serves(self, call: ToolCall) -> bool:
+        return False
+
+    async def result(
+        self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
+    ) -> Any:
+        return await live()
+
+
 @dataclass
 class Sandbox:
     """Runs actions for one run, within the recipe's grants."""
@@ -69,7 +115,7 @@ class Sandbox:
     ask: Asker | None = None
     llm: Any = None
     dry_run: bool = False
-    tape: Any = None  # an `engine.recording.Tape`: results are recorded, or replayed from it
+    results: Results = field(default_factory=LiveResults)
     calls: int = 0
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
 
@@ -120,18 +166,12 @@ class Sandbox:
             if self.dry_run and side_effects:
                 raise DryRun(name, params, step_id=step_id)
             gated = confirm == "always" or (confirm == "auto" and side_effects)
+            call = ToolCall(step_id, attempt, name, params, not side_effects, action.recorded)
             replayed = False
             if self.gate is not None and gated:
-                # Whether the cassette serves this call is settled before its gate: only
-                # then may a recorded decision answer it (a live call meets the live approver).
-                replayed = self.tape is not None and self.tape.serves(
-                    step_id,
-                    attempt,
-                    name,
-                    params,
-                    read_only=not side_effects,
-                    recorded=action.recorded,
-                )
+                # Settled before the gate: only a call served with nothing run may be
+                # answered by a recorded decision (a live call meets the live approver).
+                replayed = self.results.serves(call)
                 approved = await self.gate(
                     step_id,
                     name,
@@ -145,6 +185,7 @@ class Sandbox:
                     data_paths = _unchanged(data_paths, params, approved)
                     params = approved
                     model = action.params_model.model_validate(params)
+                    call = replace(call, params=params)
         except StepError as exc:  # refused before anything ran
             self._audit(name, step_id, attempt, "denied", exc)
             raise
@@ -176,18 +217,7 @@ class Sandbox:
             return _jsonable(name, await _execute(action, model, ctx))
 
         try:
-            if self.tape is not None and action.recorded:
-                output = await self.tape.tool(
-                    step_id,
-                    attempt,
-                    name,
-                    params,
-                    read_only=not side_effects,
-                    run=run,
-                    replayed=replayed,
-                )
-            else:
-                output = await run()
+            output = await self.results.result(call, run, replayed=replayed)
         except StepError as exc:
             exc.step_id = exc.step_id or step_id
             exc.attempt = exc.attempt or attempt
@@ -219,12 +249,9 @@ class Sandbox:
         try:
             model = action.params_model.model_validate(params)
         except ValidationError as exc:
-            problems = "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )
+            problems = validation_problems(exc, root="params")
             raise CapabilityDenied(
-                f"bad params for {name}: {problems[:2000]}",
+                f"bad params for {name}: {problems}",
                 rule="params-schema",
                 step_id=step_id,
             ) from None
@@ -270,10 +297,7 @@ def _checker(action: Action[Any]) -> Callable[[Any], str | None]:
         try:
             action.params_model.model_validate(params)
         except ValidationError as exc:
-            return "; ".join(
-                f"{'.'.join(map(str, e['loc'])) or 'params'}: {e['msg']}"
-                for e in exc.errors(include_url=False)
-            )[:2000]
+            return validation_problems(exc, root="params")
         return None
 
     return check

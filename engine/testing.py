@@ -37,10 +37,11 @@ from engine._fakellm import (
     ToolCall,
 )
 from engine.approval import Approver, GateRequest
+from engine.cassette import RecordMode
 from engine.errors import ConfigurationError, ReplayMismatch, StepFailed, UsageError
 from engine.executor import Executor, Sleep
+from engine.model import Plan
 from engine.questions import Question
-from engine.recording import RecordMode
 from engine.results import Decision, RunResult
 from engine.validation import validate_plan
 
@@ -291,31 +292,24 @@ def replay(
         PlanValidationError: the recipe is invalid.
         ConfigurationError: the cassette is missing (in mode `none`) or unreadable.
     """
-    import argparse
     import json
     import warnings
 
-    from capabilities import default_registry
-    from engine.cli import run_session
-    from engine.recording import Cassette
+    from engine.app.launch import RunSettings, run_session
+    from engine.app.registry import build_registry
+    from engine.cassette import Cassette
     from planners.recipe import load_recipe
     from planners.replay import plan_from_cassette
 
     ref = cassette if isinstance(cassette, CassetteRef) else CassetteRef(Path(cassette))
     chosen_mode = mode or ref.mode
-    registry = registry or default_registry()
-    args = argparse.Namespace(
-        input=[
+    registry = registry or build_registry()
+    settings = RunSettings(
+        inputs=tuple(
             f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in (inputs or {}).items()
-        ],
+        ),
         yes=approve is True,
         no=approve is False,
-        json=False,
-        verbose=False,
-        log_file=None,
-        policy=None,
-        dry_run=False,
-        output=None,
         model=model,
         base_url=base_url,
         record=str(ref.path) if chosen_mode != "none" else None,
@@ -329,27 +323,25 @@ def replay(
             "--planloom-record-mode=once, @pytest.mark.planloom(record_mode='once'), or "
             "replay(..., mode='once')"
         )
-    plan = None
-    goal: str | None = None
+    start: Plan | str
     if recipe is not None:
         plan, _ = load_recipe(recipe, registry)
         base, base_dir = plan.to_data(), Path(recipe).resolve().parent
-        if not plan.steps:
-            goal, plan = plan.goal, None
+        start = plan.goal if not plan.steps and plan.goal is not None else plan
     elif ref.path.exists():
         recorded = Cassette.load(ref.path)
         base_dir = ref.path.resolve().parent
         if recorded.goal is not None:
-            goal, base = recorded.goal, recorded.base or {}
+            start, base = recorded.goal, recorded.base or {}
         else:
-            plan = plan_from_cassette(recorded, ref.path, registry, base_dir)
-            base = plan.to_data()
+            start = plan_from_cassette(recorded, ref.path, registry, base_dir)
+            base = start.to_data()
     else:
         raise UsageError(
             f"cassette {ref.path} does not exist and no recipe was given to record it: pass "
             "the recipe (and a recording mode such as 'once')"
         )
-    result, _ = run_session(args, registry, plan, base, base_dir, goal=goal)
+    result = run_session(settings, registry, start, base, base_dir).result
     report = result.replay
     if report is not None and report.unused:
         warnings.warn(

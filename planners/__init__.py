@@ -1,4 +1,4 @@
-"""Where plans come from: YAML recipes (and, later, the LLM planner)."""
+"""Where plans come from: YAML recipes, the LLM planner, cassettes; and the ReAct loop."""
 
 from planners.recipe import load_recipe, parse_recipe_text, read_recipe
 

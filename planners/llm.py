@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import json
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +20,7 @@ from engine.capability import Registry
 from engine.diagnostics import Diagnostic
 from engine.errors import PlanValidationError
 from engine.llm import LLMClient, NoJSON
-from engine.model import Plan
+from engine.planning import PlanOutcome
 from engine.validation import validate_plan
 from planners.recipe import parse_recipe_text
 
@@ -54,25 +53,6 @@ Tools:
 {tools}"""
 
 
-@dataclass
-class PlanOutcome:
-    """What planning produced.
-
-    Attributes:
-        plan: the validated plan (maybe the ReAct fallback).
-        text: the plan as a YAML recipe (what `-o` saves; `planloom run` accepts it).
-        repairs: how many times the model was asked to fix its plan.
-        fell_back: whether the planner gave up and returned one ReAct agent step.
-        problems: the diagnostics of every rejected attempt, in order.
-    """
-
-    plan: Plan
-    text: str
-    repairs: int = 0
-    fell_back: bool = False
-    problems: list[list[Diagnostic]] = field(default_factory=list)
-
-
 class LLMPlanner:
     """Turns goals into plans with one model client."""
 
@@ -84,15 +64,14 @@ class LLMPlanner:
         """The granted tools: name, description, params JSON Schema."""
         return [
             {
-                "name": name,
-                "description": action.description,
-                "side_effects": action.side_effects
-                if isinstance(action.side_effects, bool)
-                else "depends on params",
-                "params": _compact(action.params_model.model_json_schema()),
+                "name": tool.name,
+                "description": tool.description,
+                "side_effects": "depends on params"
+                if tool.side_effects is None
+                else tool.side_effects,
+                "params": _compact(tool.params),
             }
-            for name, action in sorted(self.registry.actions.items())
-            if action.family in grants
+            for tool in self.registry.catalogue(grants)
         ]
 
     async def plan(
@@ -142,7 +121,7 @@ class LLMPlanner:
             problems.append(diagnostics)
             messages.append({"role": "assistant", "content": json.dumps(answer, default=repr)})
             messages.append({"role": "user", "content": _repair_request(diagnostics, text)})
-        return self._fallback(goal, base, base_dir, file, tools, problems)
+        return self._fallback(goal, base, base_dir, file, problems)
 
     def _fallback(
         self,
@@ -150,10 +129,9 @@ class LLMPlanner:
         base: dict[str, Any],
         base_dir: Path,
         file: str,
-        tools: list[dict[str, Any]],
         problems: list[list[Diagnostic]],
     ) -> PlanOutcome:
-        names = [t["name"] for t in tools if not t["name"].startswith(("human.", "llm."))]
+        names = self.registry.agent_tools(base.get("capabilities") or {})
         step = {"id": "goal", "agent": {"goal": goal, "tools": names, "max_iterations": 10}}
         text = plan_to_yaml(_recipe({"goal": goal, "steps": [step]}, goal, base))
         data, source = parse_recipe_text(text, file)

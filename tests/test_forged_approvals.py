@@ -21,7 +21,8 @@ import pytest
 from _procs import env, planloom
 from ruamel.yaml import YAML
 
-from engine.recording import Tape, _digest
+from engine.cassette import digest as _digest
+from engine.recording import Tape
 from engine.testing import FakeOpenAIServer, ScriptedModel
 
 RECORDED_STEP = """\

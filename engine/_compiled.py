@@ -1,0 +1,98 @@
+"""A step compiled once before the run: its templates parsed, its action and fallback
+ready, and its retry policy as tenacity's wait and predicate."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from tenacity import wait_exponential, wait_fixed
+
+from engine.errors import StepError
+from engine.model import AgentSpec, FallbackAction, RetryPolicy, Step
+from engine.templating import Template, ValueTemplate, compile_value, find_templates
+
+__all__ = ["CompiledAction", "CompiledStep", "retry_wait", "retryable"]
+
+
+@dataclass
+class CompiledAction:
+    """A compiled primary or fallback action: a tool call, or a task for the agent runner
+    (an `agent` spec, or the instructions of a natural-language fallback)."""
+
+    tool: str
+    params: ValueTemplate
+    timeout: float | None
+    agent: AgentSpec | None = None
+    goal: ValueTemplate | None = None
+    instructions: ValueTemplate | None = None
+    confirm: Literal["auto", "always", "never"] = "auto"
+    data_paths: frozenset[tuple[str | int, ...]] = field(init=False)
+    data_literals: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.data_paths = _data_paths(self.params.value)
+        self.data_literals = self.params.constants
+
+    @property
+    def is_agent(self) -> bool:
+        return self.goal is not None or self.instructions is not None
+
+
+def _data_paths(raw: Any) -> frozenset[tuple[str | int, ...]]:
+    """Paths of the raw params whose text begins with a template: what a call finds there
+    is data (a file name, a step's output), not text the recipe's author wrote."""
+    return frozenset(path for path, text in find_templates(raw) if text.lstrip().startswith("${"))
+
+
+def _agent_action(spec: AgentSpec, timeout: float | None) -> CompiledAction:
+    return CompiledAction("agent", compile_value({}), timeout, spec, compile_value(spec.goal))
+
+
+class CompiledStep:
+    """A step with its templates compiled once."""
+
+    __slots__ = ("fallback", "for_each", "primary", "step", "when")
+
+    def __init__(self, step: Step) -> None:
+        self.step = step
+        if step.agent is not None:
+            self.primary = _agent_action(step.agent, step.timeout)
+        else:
+            assert step.tool is not None, "validation: a step has a tool or an agent"
+            self.primary = CompiledAction(
+                step.tool, compile_value(step.params), step.timeout, confirm=step.confirm
+            )
+        self.fallback: CompiledAction | None = None
+        fb = step.fallback
+        if isinstance(fb, FallbackAction):
+            timeout = fb.timeout or step.timeout
+            if fb.agent is not None:
+                self.fallback = _agent_action(fb.agent, timeout)
+            else:
+                # A fallback's gate is its own: `confirm: never` waives only the step's
+                # own action, so a fallback with side effects is gated as under `auto`.
+                confirm: Literal["auto", "always"] = (
+                    "always" if step.confirm == "always" else "auto"
+                )
+                self.fallback = CompiledAction(
+                    fb.tool or "", compile_value(fb.params), timeout, confirm=confirm
+                )
+        elif isinstance(fb, str):
+            self.fallback = CompiledAction(
+                "agent", compile_value({}), step.timeout, instructions=compile_value(fb)
+            )
+        self.when = Template.parse(step.when) if isinstance(step.when, str) else None
+        self.for_each = (
+            Template.parse(step.for_each) if isinstance(step.for_each, str) else step.for_each
+        )
+
+
+def retry_wait(policy: RetryPolicy) -> Any:
+    if policy.backoff == "fixed":
+        return wait_fixed(policy.initial)
+    return wait_exponential(multiplier=policy.initial, max=policy.max)
+
+
+def retryable(exc: BaseException, policy: RetryPolicy) -> bool:
+    return isinstance(exc, StepError) and exc.retryable and exc.kind in policy.on

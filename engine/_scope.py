@@ -1,0 +1,24 @@
+"""Which step the running code belongs to: the key a cassette files each entry under."""
+
+from __future__ import annotations
+
+from contextvars import ContextVar
+
+__all__ = ["PLANNER", "PLAN_REVIEW", "current_scope", "enter_scope"]
+
+PLANNER = "(planner)"
+"""The scope of the planner's model calls (step ids cannot contain parentheses)."""
+PLAN_REVIEW = "(plan)"
+"""The scope of the decision on a model-written plan."""
+
+_scope: ContextVar[str | None] = ContextVar("planloom_scope", default=None)
+
+
+def current_scope() -> str | None:
+    """The step (with `[index]` for a `for_each` item) the running code belongs to."""
+    return _scope.get()
+
+
+def enter_scope(name: str) -> None:
+    """Mark the current task as running for `name`; tasks it creates inherit it."""
+    _scope.set(name)

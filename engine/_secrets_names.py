@@ -1,0 +1,44 @@
+"""Which environment variables hold secrets, judged by their names alone."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+
+__all__ = ["is_secret_env_name"]
+
+_STRONG_NAME = re.compile(
+    r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY", re.IGNORECASE
+)
+_WEAK_NAME = re.compile(r"KEY|AUTH|COOKIE|SESSION", re.IGNORECASE)
+_NOT_SECRET_NAMES = (
+    # Desktop and agent plumbing whose names contain SESSION/AUTH/KEY but whose values are
+    # ids, paths or words ("ubuntu") that would be redacted all over ordinary output.
+    "XDG_SESSION_*",
+    "DESKTOP_SESSION",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "SESSION_MANAGER",
+    "XAUTHORITY",
+    "SSH_AUTH_SOCK",
+    "*AUTHOR*",
+    "KEYBOARD*",
+    "*KEYMAP*",
+    "*KEYRING_BACKEND",
+)
+_ALWAYS_SECRET_NAMES = frozenset({"OPENAI_API_KEY"})
+
+
+def is_secret_env_name(name: str) -> bool:
+    """Whether an environment variable's *name* says its value is a secret.
+
+    Names containing TOKEN, SECRET, PASSWORD, PASSWD, CREDENTIAL, PRIVATE, API_KEY/APIKEY or
+    ACCESS_KEY always count. Names containing only KEY, AUTH, COOKIE or SESSION count unless
+    they are well-known non-secrets (`XDG_SESSION_TYPE`, `SSH_AUTH_SOCK`, `GIT_AUTHOR_NAME`,
+    `KEYBOARD...`; see `_NOT_SECRET_NAMES`). Matching is case-insensitive.
+    """
+    upper = name.upper()
+    if upper in _ALWAYS_SECRET_NAMES or _STRONG_NAME.search(upper):
+        return True
+    if not _WEAK_NAME.search(upper):
+        return False
+    return not any(fnmatch.fnmatchcase(upper, pattern) for pattern in _NOT_SECRET_NAMES)

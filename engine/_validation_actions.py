@@ -1,0 +1,135 @@
+"""Checking a plan's grants, tools and params against the capability registry."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ValidationError
+
+from engine._validation_pydantic import dotted, lower
+from engine._validation_report import Report
+from engine.capability import Registry
+from engine.diagnostics import NodePath, did_you_mean
+from engine.model import AgentSpec, Plan
+from engine.templating import find_templates
+
+__all__ = ["check_action", "check_grants"]
+
+
+def check_grants(report: Report, registry: Registry, plan: Plan) -> set[str]:
+    """Check each capability grant against its family's model; the families granted."""
+    granted: set[str] = set()
+    for family_name, grant in plan.capabilities.items():
+        path = ("capabilities", family_name)
+        family = registry.families.get(family_name)
+        if family is None:
+            hint = did_you_mean(family_name, registry.families) or (
+                "known capabilities: " + ", ".join(sorted(registry.families))
+            )
+            report(
+                path,
+                "unknown-capability",
+                f"unknown capability '{family_name}'",
+                hint,
+                key=True,
+            )
+            continue
+        try:
+            family.grant_model.model_validate(grant or {})
+        except ValidationError as exc:
+            for error in exc.errors(include_url=False):
+                loc = tuple(error["loc"])
+                if error["type"] == "extra_forbidden":
+                    allowed = list(family.grant_model.model_fields)
+                    report(
+                        (*path, *loc),
+                        "bad-grant",
+                        f"unknown key '{loc[-1]}' in the '{family_name}' grant",
+                        did_you_mean(str(loc[-1]), allowed)
+                        or f"allowed keys: {', '.join(allowed)}",
+                        key=True,
+                    )
+                else:
+                    report(
+                        (*path, *loc),
+                        "bad-grant",
+                        f"{family_name} grant {dotted(loc)}: {lower(error['msg'])}",
+                    )
+            continue
+        granted.add(family_name)
+    return granted
+
+
+def check_action(
+    report: Report,
+    registry: Registry,
+    path: NodePath,
+    tool: str | None,
+    params: dict[str, Any],
+    granted: set[str],
+    agent: AgentSpec | None,
+) -> None:
+    """Check the tool a step (or its fallback) calls and its params, or an agent's tools."""
+    if agent is not None:
+        for index, name in enumerate(agent.tools):
+            _tool(report, registry, (*path, "agent", "tools", index), name, granted)
+        return
+    if tool is None:
+        return
+    action = _tool(report, registry, (*path, "tool"), tool, granted)
+    if action is not None:
+        _params(report, path, tool, action.params_model, params)
+
+
+def _tool(report: Report, registry: Registry, path: NodePath, tool: str, granted: set[str]) -> Any:
+    """The action named `tool`, reporting it when unknown or not granted."""
+    action = registry.get(tool)
+    if action is None:
+        hint = registry.suggest(tool) or "run 'planloom tools' to list the actions"
+        report(path, "unknown-tool", f"unknown tool '{tool}'", hint)
+        return None
+    if action.family not in granted:
+        report(
+            path,
+            "not-granted",
+            f"'{tool}' needs the '{action.family}' capability, which this recipe does not grant",
+            f"add it under 'capabilities:', e.g. capabilities: {{{action.family}: {{}}}}",
+        )
+    return action
+
+
+def _params(
+    report: Report, path: NodePath, tool: str, model: type[BaseModel], params: dict[str, Any]
+) -> None:
+    templated = [p for p, _ in find_templates(params)]
+    try:
+        model.model_validate(params)
+    except ValidationError as exc:
+        accepted = ", ".join(
+            f"{name}{'' if f.is_required() else '?'}" for name, f in model.model_fields.items()
+        )
+        for error in exc.errors(include_url=False):
+            loc = tuple(error["loc"])
+            if any(loc[: len(t)] == t for t in templated):
+                continue  # the value is known only at run time
+            if error["type"] == "extra_forbidden":
+                report(
+                    (*path, "params", *loc),
+                    "bad-params",
+                    f"{tool} has no param '{loc[-1]}'",
+                    did_you_mean(str(loc[-1]), model.model_fields) or f"{tool} takes: {accepted}",
+                    key=True,
+                )
+            elif error["type"] == "missing":
+                report(
+                    (*path, "params"),
+                    "bad-params",
+                    f"{tool} needs param '{dotted(loc)}'",
+                    f"{tool} takes: {accepted} (? = optional)",
+                )
+            else:
+                report(
+                    (*path, "params", *loc),
+                    "bad-params",
+                    f"{tool} param '{dotted(loc)}': {lower(error['msg'])}",
+                )

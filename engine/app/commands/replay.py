@@ -1,0 +1,61 @@
+"""`planloom replay CASSETTE`: replay a cassette's own plan (or goal) offline."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.app.launch import RunSettings, launch
+from engine.app.output import EXIT_INVALID
+from engine.capability import Registry
+from engine.cassette import Cassette
+from engine.diagnostics import render_diagnostics
+from engine.errors import PlanValidationError
+from planners.replay import plan_from_cassette
+
+NAME = "replay"
+
+
+def add(sub: Any) -> None:
+    replay = sub.add_parser(
+        "replay",
+        help="replay a cassette offline: its plan (or goal), model answers, tool results and "
+        "decisions",
+    )
+    replay.add_argument("cassette")
+    replay.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    replay.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
+    replay.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
+    replay.add_argument(
+        "--live-tools",
+        action="store_true",
+        help="run read-only tools for real instead of serving their recorded results",
+    )
+
+
+def main(args: argparse.Namespace, registry: Registry) -> int:
+    cassette = Cassette.load(args.cassette)
+    settings = RunSettings.from_args(
+        args,
+        inputs=tuple(f"{k}={_as_text(v)}" for k, v in cassette.inputs.items()),
+        replay=args.cassette,
+        record_mode="none",
+    )
+    base_dir = Path(args.cassette).resolve().parent
+    if cassette.goal is not None:
+        return launch(settings, registry, cassette.goal, cassette.base or {}, base_dir)
+    try:
+        plan = plan_from_cassette(cassette, args.cassette, registry, base_dir)
+    except PlanValidationError as exc:
+        sys.stderr.write(render_diagnostics(exc.diagnostics, None) + "\n")
+        sys.stderr.write(f"{args.cassette}: the recorded plan is not valid here\n")
+        return EXIT_INVALID
+    return launch(settings, registry, plan, plan.to_data(), base_dir)
+
+
+def _as_text(value: Any) -> str:
+    """A recorded input as `-i` text (inputs are recorded as they were given)."""
+    return value if isinstance(value, str) else json.dumps(value)

@@ -1,0 +1,53 @@
+"""`planloom tools`: the actions steps can use, their params, and this machine's
+confinement layers."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engine.app.output import EXIT_OK, print_json
+from engine.capability import Registry
+
+NAME = "tools"
+
+
+def add(sub: Any) -> None:
+    tools = sub.add_parser("tools", help="list the actions steps can use")
+    tools.add_argument("--json", action="store_true", help="as JSON, with params schemas")
+
+
+def main(args: argparse.Namespace, registry: Registry) -> int:
+    layers = {
+        name: family.confinement() if family.confinement is not None else {}
+        for name, family in registry.families.items()
+    }
+    rows: list[dict[str, Any]] = [
+        {
+            "name": tool.name,
+            "description": tool.description,
+            "side_effects": "per call" if tool.side_effects is None else tool.side_effects,
+            "params": tool.params,
+            "grant": registry.families[tool.family].grant_model.model_json_schema(),
+            "confinement": layers[tool.family],
+        }
+        for tool in registry.catalogue()
+    ]
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    width = max(len(r["name"]) for r in rows)
+    for row in rows:
+        props = row["params"].get("properties", {})
+        required = set(row["params"].get("required", []))
+        params = ", ".join(f"{p}{'' if p in required else '?'}" for p in props)
+        effect = {True: "side effects", False: "read-only"}.get(row["side_effects"], "per call")
+        print(f"{row['name']:<{width}}  {effect:<12}  {row['description']}")
+        print(f"{'':<{width}}  params: {params}")
+    print("\nconfinement on this machine:")
+    for family, report in sorted(layers.items()):
+        for layer, state in report.items():
+            print(f"  {family:<6} {layer:<40} {state}")
+        if not report:
+            print(f"  {family:<6} (no confinement layers: runs in-process, gated by grants)")
+    return EXIT_OK

@@ -1,0 +1,29 @@
+"""`planloom validate RECIPE`: check a recipe without running it."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from engine.app.output import EXIT_OK, load, print_json
+from engine.capability import Registry
+
+NAME = "validate"
+
+
+def add(sub: Any) -> None:
+    validate = sub.add_parser("validate", help="check a recipe without running it")
+    validate.add_argument("recipe")
+    validate.add_argument("--json", action="store_true", help="problems as a JSON list")
+
+
+def main(args: argparse.Namespace, registry: Registry) -> int:
+    loaded = load(args.recipe, registry, as_json=args.json)
+    if isinstance(loaded, int):
+        return loaded
+    if args.json:
+        print_json([])
+    else:
+        total = len(loaded.all_steps())
+        print(f"{args.recipe}: ok ({total} step{'s' if total != 1 else ''})")
+    return EXIT_OK

@@ -1,0 +1,152 @@
+"""Running a session for a command: the cassette, the frontend, the planner and agent
+factories, the result printed and the exit code."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from engine._sanitize import neutralize
+from engine.app.logs import open_log
+from engine.app.output import EXIT_INTERRUPTED, print_json, print_result
+from engine.app.terminal import TerminalFrontend
+from engine.capability import Registry
+from engine.cassette import RecordMode
+from engine.errors import ConfigurationError
+from engine.inputs import parse_assignments
+from engine.model import Plan
+from engine.recording import Tape
+from engine.session import Session, SessionOptions, SessionResult
+from planners.llm import LLMPlanner
+from planners.react import ReactAgent
+
+__all__ = ["RunSettings", "launch", "open_tape", "run_session"]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The run flags of one command line (`run`, `plan`, `replay`), typed once."""
+
+    inputs: tuple[str, ...] = ()
+    yes: bool = False
+    no: bool = False
+    json: bool = False
+    verbose: bool = False
+    log_file: str | None = None
+    policy: str | None = None
+    dry_run: bool = False
+    output: str | None = None
+    model: str | None = None
+    base_url: str | None = None
+    record: str | None = None
+    replay: str | None = None
+    record_mode: RecordMode | None = None
+    live_tools: bool = False
+
+    @classmethod
+    def from_args(cls, args: argparse.Namespace, **overrides: Any) -> RunSettings:
+        """The settings of the flags this command has (the others keep their defaults)."""
+        given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
+        if hasattr(args, "input"):
+            given["inputs"] = tuple(args.input)
+        return cls(**{**given, **overrides})
+
+
+def launch(
+    settings: RunSettings,
+    registry: Registry,
+    start: Plan | str,
+    base: dict[str, Any],
+    base_dir: Path,
+) -> int:
+    """Run the session, print its result, and return the exit code."""
+    try:
+        outcome = run_session(settings, registry, start, base, base_dir)
+    except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
+        sys.stderr.write("\ninterrupted: stopped at once\n")
+        if settings.json:
+            print_json(
+                {
+                    "run_id": None,
+                    "status": "cancelled",
+                    "steps": {},
+                    "outputs": {},
+                    "errors": ["interrupted twice: stopped without finishing"],
+                }
+            )
+        return EXIT_INTERRUPTED
+    return print_result(outcome.result, outcome.secrets, as_json=settings.json)
+
+
+def run_session(
+    settings: RunSettings,
+    registry: Registry,
+    start: Plan | str,
+    base: dict[str, Any],
+    base_dir: Path,
+) -> SessionResult:
+    """The session the settings describe, run to its end."""
+    options = SessionOptions(
+        inputs=parse_assignments(list(settings.inputs)),
+        dry_run=settings.dry_run,
+        model=settings.model,
+        base_url=settings.base_url,
+    )
+    tape = open_tape(settings)
+    log_stream = open_log(settings.log_file) if settings.log_file else None
+    frontend = TerminalFrontend(
+        registry,
+        base_dir,
+        yes=settings.yes,
+        no=settings.no,
+        policy=settings.policy,
+        verbose=settings.verbose,
+        log_stream=log_stream,
+        save_plan=settings.output,
+    )
+    session = Session(
+        registry,
+        frontend,
+        options,
+        planner=lambda client: LLMPlanner(client, registry),
+        agent=ReactAgent,
+        recorder=tape,
+    )
+    if tape is not None:
+        sys.stderr.write(_banner(tape))
+    try:
+        return session.run(start, base=base, base_dir=base_dir)
+    finally:
+        if log_stream is not None:
+            log_stream.close()
+
+
+def open_tape(settings: RunSettings) -> Tape | None:
+    """The cassette of `--record` / `--replay`, checked against the other flags."""
+    path = settings.record or settings.replay
+    if path is None:
+        if settings.record_mode or settings.live_tools:
+            raise ConfigurationError(
+                "--record-mode and --live-tools need a cassette: add --record FILE or --replay FILE"
+            )
+        return None
+    if settings.dry_run:
+        raise ConfigurationError(
+            "--dry-run cannot be combined with --record or --replay: a dry run makes no side "
+            "effects to record, and a replay makes none anyway"
+        )
+    mode: RecordMode = settings.record_mode or ("all" if settings.record else "none")
+    return Tape(path, mode, live_tools=settings.live_tools)
+
+
+def _banner(tape: Tape) -> str:
+    if tape.recording and not tape.replaying:
+        return f"recording to {tape.path} (mode {tape.requested_mode})\n"
+    live = "new requests go live and are recorded" if tape.recording else "nothing is live"
+    tools = "; read-only tools run live" if tape.live_tools else ""
+    note = f"\n  {neutralize(tape.recorded.note)}" if tape.recorded.note else ""
+    return f"replaying {tape.path} (mode {tape.requested_mode}: {live}{tools}){note}\n"

@@ -1,0 +1,164 @@
+"""The terminal frontend of a session: progress on stderr, the plan review menu, the
+live view of running steps, and who approves gates (`--yes`, `--no`, a person, a policy)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import shlex
+import subprocess
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TextIO
+
+from rich.console import Console
+
+from engine._yaml import parse_recipe_text
+from engine.app.console import LiveProgress
+from engine.app.logs import subscribe_logs
+from engine.approval import ApproveAll, Approver, DenyAll, FailClosed, TerminalApprover, prompt_line
+from engine.capability import Registry
+from engine.diagnostics import render_diagnostics
+from engine.errors import PlanValidationError
+from engine.events import EventBus
+from engine.model import Plan
+from engine.planning import PlanOutcome
+from engine.policy import PolicyApprover, load_policy
+from engine.render import render_plan
+from engine.session import Attached, plan_from_text
+
+__all__ = ["TerminalFrontend"]
+
+_PLAN_MENU = "[a]pprove  [e]dit  [r]eject  [s]ave as recipe > "
+
+
+@dataclass
+class TerminalFrontend:
+    """A session's frontend on stderr (and stdin, when it is a terminal).
+
+    Attributes:
+        registry: for rendering plans and checking edited ones.
+        base_dir: where an edited plan's relative paths start.
+        yes / no: `--yes` approves the plan and every gate; `--no` denies them.
+        policy: a policy file whose rules decide gates first (`ask` goes to the person).
+        verbose: every event on stderr (and no live view).
+        log_stream: every event as JSON lines (`--log-file`).
+        save_plan: where a model-written plan is saved (`plan -o FILE`).
+    """
+
+    registry: Registry
+    base_dir: Path
+    yes: bool = False
+    no: bool = False
+    policy: str | None = None
+    verbose: bool = False
+    log_stream: TextIO | None = None
+    save_plan: str | None = None
+
+    def say(self, text: str) -> None:
+        sys.stderr.write(f"{text}\n")
+
+    async def show_plan(self, outcome: PlanOutcome) -> None:
+        if outcome.fell_back:
+            self.say(
+                f"the model's plan was still invalid after {outcome.repairs} repairs: "
+                "falling back to one agent step"
+            )
+        elif outcome.repairs:
+            self.say(f"plan repaired {outcome.repairs} time(s) from validation errors")
+        sys.stderr.write(render_plan(outcome.plan, self.registry))
+        if self.save_plan:
+            await asyncio.to_thread(Path(self.save_plan).write_text, outcome.text, encoding="utf-8")
+            self.say(f"plan saved to {self.save_plan} (run it with: planloom run {self.save_plan})")
+
+    async def review(self, outcome: PlanOutcome) -> tuple[bool, str | None]:
+        if self.yes:
+            return True, None
+        if self.no:
+            return False, None
+        if not _interactive():
+            self.say(
+                "the plan has side effects and there is no terminal to approve it: pass --yes "
+                "to approve it, or review it with -o FILE and run that"
+            )
+            return False, None
+        return await self._menu(outcome.plan, outcome.text)
+
+    def invalid_plan(self, text: str, error: PlanValidationError) -> None:
+        try:
+            _, source = parse_recipe_text(text, "plan.yaml")
+        except PlanValidationError:
+            source = None
+        sys.stderr.write(render_diagnostics(error.diagnostics, source) + "\n")
+
+    def attach(self, plan: Plan, events: EventBus) -> Attached:
+        live = None
+        if not self.verbose and sys.stderr.isatty():
+            live = LiveProgress(Console(file=sys.stderr), [s.id for s in plan.all_steps()])
+            events.subscribe(live)
+        subscribe_logs(events, verbose=self.verbose, log_stream=self.log_stream)
+        showing = live if live is not None else contextlib.nullcontext()
+        return Attached(self._approver(live), showing)
+
+    def _approver(self, live: LiveProgress | None) -> Approver:
+        person: Approver | None = None
+        if self.yes:
+            person = ApproveAll()
+        elif self.no:
+            person = DenyAll()
+        elif _interactive():
+            person = TerminalApprover(pause=live.paused if live is not None else None)
+        if self.policy:
+            # The policy decides first; its `ask` rules go to the person, if there is one.
+            return PolicyApprover(load_policy(self.policy, registry=self.registry), ask=person)
+        return person if person is not None else FailClosed()
+
+    async def _menu(self, plan: Plan, text: str) -> tuple[bool, str | None]:
+        """The person's review of a plan: approve, edit in $EDITOR (re-validated, with
+        located errors until it is valid or given up), reject, or save it as a recipe.
+        Returns whether it was approved, and the edited YAML if it was edited."""
+        valid: Plan | None = plan
+        edited = False
+        while True:
+            answer = (await prompt_line(_PLAN_MENU)).strip().lower()
+            if answer in {"a", "y", "yes"}:
+                if valid is not None:
+                    return True, text if edited else None
+                self.say("the plan is invalid: edit it again, or reject it")
+            elif answer == "e":
+                text = await asyncio.to_thread(_edit, text)
+                edited = True
+                try:
+                    valid = plan_from_text(text, self.registry, self.base_dir)
+                except PlanValidationError as exc:
+                    valid = None
+                    self.invalid_plan(text, exc)
+                else:
+                    sys.stderr.write(render_plan(valid, self.registry))
+            elif answer == "s":
+                target = (await prompt_line("save as [plan.yaml] > ")).strip()
+                target = target or "plan.yaml"
+                await asyncio.to_thread(Path(target).write_text, text, encoding="utf-8")
+                self.say(f"saved to {target} (run it with: planloom run {target})")
+            else:  # r, an empty answer, or end of input
+                return False, None
+
+
+def _interactive() -> bool:
+    return sys.stdin.isatty() and sys.stderr.isatty()
+
+
+def _edit(text: str) -> str:
+    """Open $VISUAL / $EDITOR on the plan's YAML; the edited text (comments kept)."""
+    editor = os.environ.get("VISUAL") or os.environ.get("EDITOR") or "vi"
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml", delete=False, encoding="utf-8") as f:
+        f.write(text)
+        path = f.name
+    try:
+        subprocess.run([*shlex.split(editor), path], check=False)
+        return Path(path).read_text(encoding="utf-8")
+    finally:
+        os.unlink(path)

@@ -1,0 +1,65 @@
+"""What a planner is: it turns a goal into a validated plan (`planners.llm` is one)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from engine.diagnostics import Diagnostic
+from engine.model import Plan
+
+__all__ = ["PlanOutcome", "PlanReview", "Planner"]
+
+
+@dataclass
+class PlanOutcome:
+    """What planning produced.
+
+    Attributes:
+        plan: the validated plan (maybe the ReAct fallback).
+        text: the plan as a YAML recipe (what `-o` saves; `planloom run` accepts it).
+        repairs: how many times the model was asked to fix its plan.
+        fell_back: whether the planner gave up and returned one ReAct agent step.
+        problems: the diagnostics of every rejected attempt, in order.
+    """
+
+    plan: Plan
+    text: str
+    repairs: int = 0
+    fell_back: bool = False
+    problems: list[list[Diagnostic]] = field(default_factory=list)
+
+
+class Planner(Protocol):
+    """Plans a goal within a base recipe (its capabilities, limits, inputs, llm)."""
+
+    async def plan(
+        self,
+        goal: str,
+        *,
+        base: dict[str, Any],
+        base_dir: Path,
+        context: str | None = None,
+        keep: list[dict[str, Any]] | None = None,
+    ) -> PlanOutcome:
+        """A valid plan for `goal`.
+
+        `context` tells the planner what happened before (after a failure: what ran,
+        what it gave, what failed); `keep` holds steps that already succeeded, which the
+        new plan keeps as they are.
+
+        Raises:
+            StepError: the model failed (budget, timeout, endpoint errors).
+            ConfigurationError: the endpoint refused the key.
+        """
+        ...
+
+
+class PlanReview(Protocol):
+    """The decision on a model-written plan that has side effects."""
+
+    async def review(self, outcome: PlanOutcome) -> tuple[bool, str | None]:
+        """Whether the plan may run, and the edited plan YAML if the reviewer changed it
+        (it is validated again before it runs)."""
+        ...
