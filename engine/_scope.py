@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-__all__ = ["PLANNER", "PLAN_REVIEW", "current_scope", "enter_scope"]
+__all__ = ["PLANNER", "PLAN_REVIEW", "current_scope", "enter_scope", "step_of"]
 
 PLANNER = "(planner)"
 """The scope of the planner's model calls (step ids cannot contain parentheses)."""
@@ -22,3 +22,10 @@ def current_scope() -> str | None:
 def enter_scope(name: str) -> None:
     """Mark the current task as running for `name`; tasks it creates inherit it."""
     _scope.set(name)
+
+
+def step_of(scope: str) -> str | None:
+    """The step a scope belongs to (none for the planner and the plan review)."""
+    if scope in (PLANNER, PLAN_REVIEW):
+        return None
+    return scope.split("[", 1)[0]

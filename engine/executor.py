@@ -10,7 +10,6 @@ in-flight steps as `cancelled` (their children are killed by the capabilities), 
 from __future__ import annotations
 
 import asyncio
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -25,13 +24,14 @@ from tenacity import (
     stop_after_attempt,
 )
 
+from engine._agent_steps import AgentSteps
 from engine._compiled import CompiledAction, CompiledStep, retry_wait, retryable
 from engine._gc import heap_frozen
 from engine._graph import plan_graph, step_dependencies
 from engine._scheduler import Scheduler
 from engine._scope import enter_scope
 from engine._secrets import Secrets
-from engine.agent import AgentRunner, AgentTask, ToolSpec
+from engine.agent import AgentRunner
 from engine.approval import Approver, FailClosed, Gatekeeper
 from engine.capability import Registry
 from engine.errors import (
@@ -40,13 +40,12 @@ from engine.errors import (
     ReplayMismatch,
     StepError,
     StepFailed,
-    StepTimeout,
     TemplateError,
 )
 from engine.events import EventBus
 from engine.inputs import resolve_inputs
 from engine.llm import ChatResult, LLMClient
-from engine.model import AgentSpec, Plan, Step
+from engine.model import Plan, Step
 from engine.questions import Question
 from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
 from engine.sandbox import LiveResults, Results, Sandbox
@@ -136,9 +135,7 @@ class Executor:
             results=results or LiveResults(),
         )
         self.registry = registry
-        self.agent_runner = agent_runner
         self.llm = llm
-        self._transcripts: dict[str, list[dict[str, Any]]] = {}
         self.preloaded = dict(preloaded or {})
         self.sandbox.dry_run = dry_run
         self.would_run: list[dict[str, Any]] = []  # dry run: the calls not made
@@ -149,6 +146,8 @@ class Executor:
         self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
         self.errors: list[str] = []
         self._compiled = {s.id: CompiledStep(s) for s in plan.all_steps()}
+        primaries = {step_id: compiled.primary for step_id, compiled in self._compiled.items()}
+        self.agents = AgentSteps(agent_runner, registry, self.sandbox, plan.capabilities, primaries)
         self._final_ids = frozenset(s.id for s in plan.finally_)
         self._view: Namespace = Namespace()
         self._run_view: dict[str, Any] = {"id": self.run_id, "name": plan.name}
@@ -418,7 +417,7 @@ class Executor:
         self.events.emit("attempt.started", step.id, attempt, action=action.tool)
         try:
             if action.is_agent:
-                output = await self._agent(step, action, context, attempt, failure)
+                output = await self.agents.run(step, action, context, attempt, failure)
             else:
                 output = await self.sandbox.call(
                     action.tool,
@@ -448,62 +447,6 @@ class Executor:
         self.events.emit("attempt.finished", step.id, attempt, outcome="ok")
         return output
 
-    async def _agent(
-        self,
-        step: Step,
-        action: CompiledAction,
-        context: dict[str, Any],
-        attempt: int,
-        failure: str | None,
-    ) -> Any:
-        """Hand the task to the agent runner; its tool calls pass the same sandbox gate."""
-        if self.agent_runner is None:
-            raise StepFailed(
-                f"step '{step.id}' needs a model (an agent step or a natural-language "
-                "fallback): pass --model and --base-url, or set PLANLOOM_MODEL and "
-                "OPENAI_API_KEY"
-            )
-        if action.instructions is not None:
-            goal = str(action.instructions.render(context))
-            names = self._granted_actions()
-            facts = self._failure_context(step, context, failure)
-            spec = AgentSpec(goal=goal or "recover", tools=names)
-        else:
-            assert action.agent is not None
-            assert action.goal is not None
-            spec, names, facts = action.agent, action.agent.tools, None
-            goal = str(action.goal.render(context))
-
-        # A model chooses these calls: `confirm: never` waives only a step's own action.
-        confirm: Literal["auto", "always"] = "always" if step.confirm == "always" else "auto"
-
-        async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
-            return await self.sandbox.call(
-                name, arguments, step_id=step.id, attempt=attempt, confirm=confirm
-            )
-
-        task = AgentTask(
-            goal=goal,
-            tools=[self._tool_spec(name) for name in names],
-            call_tool=call_tool,
-            max_iterations=spec.max_iterations,
-            output_schema=spec.output_schema,
-            context=facts,
-        )
-        try:
-            if action.timeout is None:
-                return await self.agent_runner.run(task)
-            try:
-                async with asyncio.timeout(action.timeout):
-                    return await self.agent_runner.run(task)
-            except TimeoutError:
-                raise StepTimeout(f"agent timed out after {action.timeout:g} s") from None
-        finally:
-            self._transcripts.setdefault(step.id, []).extend(
-                {"tool": e.tool, "arguments": e.arguments, "status": e.status, "detail": e.detail}
-                for e in task.transcript
-            )
-
     def _dry_skip(self, step: Step) -> StepResult | None:
         """In a dry run: skip agent steps, and steps needing outputs no one produced."""
         if step.agent is not None:
@@ -517,26 +460,6 @@ class Executor:
                 error=f"dry run: needs the output of '{needs[0]}', unknown in a dry run",
             )
         return None
-
-    def _tool_spec(self, name: str) -> ToolSpec:
-        action = self.registry.actions[name]
-        return ToolSpec(name, action.description, action.params_model.model_json_schema())
-
-    def _granted_actions(self) -> list[str]:
-        return self.registry.agent_tools(self.plan.capabilities)
-
-    def _failure_context(self, step: Step, context: dict[str, Any], failure: str | None) -> str:
-        try:
-            params = json.dumps(
-                self._compiled[step.id].primary.params.render(context), default=repr
-            )
-        except StepError:
-            params = "(could not be rendered)"
-        return (
-            f"You are the fallback of step '{step.id}', which ran "
-            f"{step.tool or 'an agent task'} with params {params[:4000]} and failed: "
-            f"{failure or 'unknown error'}"
-        )
 
     def _llm_called(self, result: ChatResult) -> None:
         self.events.emit(
@@ -607,7 +530,7 @@ class Executor:
         return context
 
     def _finish(self, step_id: str, result: StepResult, *, emit: bool = True) -> StepResult:
-        transcript = self._transcripts.get(step_id)
+        transcript = self.agents.transcripts.get(step_id)
         if transcript:
             result.transcript = self.secrets.redact_value(transcript)
         if result.error:

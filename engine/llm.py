@@ -1,35 +1,32 @@
 """One client layer over `openai.AsyncOpenAI` for any OpenAI-compatible endpoint.
 
 Configuration comes from the CLI, then the environment (`PLANLOOM_MODEL`, `OPENAI_BASE_URL`,
-`OPENAI_API_KEY`), then the recipe's `llm:` block. Calls retry 429, 5xx, timeouts and
-connection errors with 1 s, 2 s, 4 s backoff (a `Retry-After` header wins); 400 is not
-retried; 401/403 and a missing key are `ConfigurationError`s, found by `preflight()` (which
-lists the models and sends a one-token chat request) before any step runs. Every call, answered
-or failed, counts against the run's budget; answered ones record tokens and latency.
-openai's exceptions are translated here, once.
+`OPENAI_API_KEY`), then the recipe's `llm:` block (see `engine.llm_config`). Calls retry
+429, 5xx, timeouts and connection errors with 1 s, 2 s, 4 s backoff (a `Retry-After` header
+wins); 400 is not retried; 401/403 and a missing key are `ConfigurationError`s, found by
+`preflight()` (which lists the models and sends a one-token chat request) before any step
+runs. Every call, answered or failed, counts against the run's budget; answered ones record
+tokens and latency. openai's exceptions are translated here, once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
 import json
-import os
 import re
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
-from urllib.parse import urlsplit
 
 import openai
-from pydantic import BaseModel, SecretStr, ValidationError
+from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from engine._limits import TooDeep, decode_json, loads_json
-from engine.errors import BudgetExceeded, ConfigurationError, StepFailed, StepTimeout
-from engine.model import LLMSettings
+from engine.errors import ConfigurationError, StepFailed, StepTimeout
+from engine.llm_config import Budget, LLMConfig, resolve_llm_config
 
 __all__ = [
     "Budget",
@@ -43,7 +40,6 @@ __all__ = [
     "resolve_llm_config",
 ]
 
-DEFAULT_TIMEOUT = 30.0
 BACKOFF = (1.0, 2.0, 4.0)
 MAX_RETRY_AFTER = 60.0
 
@@ -70,122 +66,6 @@ class NoJSON(LLMError):
 
 class _NotACompletion(Exception):
     """The endpoint answered 200 with something that is not a chat completion."""
-
-
-class LLMConfig(BaseModel):
-    """Where and how to call the model."""
-
-    model: str
-    base_url: str | None = None
-    api_key: SecretStr | None = None
-    temperature: float | None = None
-    timeout: float = DEFAULT_TIMEOUT
-
-
-def resolve_llm_config(
-    recipe: LLMSettings | None,
-    *,
-    model: str | None = None,
-    base_url: str | None = None,
-    environ: Mapping[str, str] | None = None,
-) -> LLMConfig:
-    """The effective configuration: CLI flags, then environment, then recipe.
-
-    Raises:
-        ConfigurationError: no model is named, or no API key for a remote endpoint.
-    """
-    env = os.environ if environ is None else environ
-    chosen_model = model or env.get("PLANLOOM_MODEL") or (recipe.model if recipe else None)
-    if not chosen_model:
-        raise ConfigurationError(
-            "no model configured: pass --model, set PLANLOOM_MODEL, or add "
-            "llm: {model: ...} to the recipe"
-        )
-    url = base_url or env.get("OPENAI_BASE_URL") or (recipe.base_url if recipe else None)
-    key = env.get("OPENAI_API_KEY")
-    if not key and not _is_loopback(url):
-        where = url or "the OpenAI API"
-        raise ConfigurationError(
-            f"no API key for {where}: set OPENAI_API_KEY (a base URL on loopback, such as a "
-            "local Ollama or vLLM, needs none)"
-        )
-    return LLMConfig(
-        model=chosen_model,
-        base_url=url,
-        api_key=SecretStr(key) if key else None,
-        temperature=recipe.temperature if recipe else None,
-    )
-
-
-def _is_loopback(url: str | None) -> bool:
-    if not url:
-        return False
-    host = (urlsplit(url).hostname or "").lower()
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass
-class Budget:
-    """What a run may still spend on models, and what it has spent.
-
-    `calls` counts logical model calls: every chat request the run sent, answered or
-    failed (a 400, a 401, a 5xx after its retries, a timeout, a malformed answer), once
-    each however many times it was retried, and every answer or failure a replay served
-    in their place; `limits.max_llm_calls` and `usage.llm_calls` are this number. The
-    preflight probe is not counted. Tokens are those the endpoint reported for answered
-    calls.
-    """
-
-    max_calls: int | None = None
-    max_tokens: int | None = None
-    deadline: float | None = None  # time.monotonic() value
-    calls: int = 0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency: float = 0.0
-
-    def check(self) -> None:
-        if self.max_calls is not None and self.calls >= self.max_calls:
-            raise BudgetExceeded(
-                f"the run used all {self.max_calls} model calls (limits.max_llm_calls)",
-                limit="max_llm_calls",
-            )
-        if self.max_tokens is not None and self.tokens >= self.max_tokens:
-            raise BudgetExceeded(
-                f"the run used all {self.max_tokens} tokens (limits.max_llm_tokens)",
-                limit="max_llm_tokens",
-            )
-        if self.deadline is not None and time.monotonic() >= self.deadline:
-            raise BudgetExceeded("the run reached limits.max_duration", limit="max_duration")
-
-    @property
-    def tokens(self) -> int:
-        return self.prompt_tokens + self.completion_tokens
-
-    def limits(self) -> str:
-        """A line for the model: the run's fixed limits (shared by all its steps)."""
-        parts = []
-        if self.max_calls is not None:
-            parts.append(f"{self.max_calls} model calls")
-        if self.max_tokens is not None:
-            parts.append(f"{self.max_tokens} tokens")
-        return "the run allows " + (
-            f"{', '.join(parts)} in all (shared by every step)" if parts else "unlimited calls"
-        )
-
-    def remaining(self) -> str:
-        """A line for the model: what is left of the budget."""
-        parts = []
-        if self.max_calls is not None:
-            parts.append(f"{self.max_calls - self.calls} model calls")
-        if self.max_tokens is not None:
-            parts.append(f"{self.max_tokens - self.tokens} tokens")
-        return "budget left: " + (", ".join(parts) if parts else "unlimited")
 
 
 class ToolCallRequest(BaseModel):

@@ -28,6 +28,7 @@ __all__ = [
 ]
 
 StepId = NewType("StepId", str)
+"""A step's id (`Step.id`), for annotating code that handles them."""
 
 NAME_PATTERN = r"^[a-z0-9][a-z0-9_-]*$"
 # Step ids are names inside templates (`steps.fetch_docs.output`), so no hyphens.
@@ -118,10 +119,6 @@ class Step(_Model):
     # Derived once from the fields above (engine._graph); a validated plan is not mutated.
     _templates: list[tuple[tuple[str | int, ...], str]] | None = PrivateAttr(None)
     _dependencies: list[str] | None = PrivateAttr(None)
-
-    @property
-    def step_id(self) -> StepId:
-        return StepId(self.id)
 
 
 JsonType = Literal["string", "integer", "number", "boolean", "array", "object"]

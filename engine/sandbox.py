@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ValidationError
 from pydantic_core import PydanticSerializationError, to_jsonable_python
@@ -56,8 +56,7 @@ class Gate(Protocol):
 Confirm = Literal["auto", "always", "never"]
 
 
-@dataclass(frozen=True)
-class ToolCall:
+class ToolCall(NamedTuple):
     """One admitted call, as the layer its result comes through sees it.
 
     `recorded` is false for actions whose own results are not recorded (their model's or
@@ -185,7 +184,7 @@ class Sandbox:
                     data_paths = _unchanged(data_paths, params, approved)
                     params = approved
                     model = action.params_model.model_validate(params)
-                    call = replace(call, params=params)
+                    call = call._replace(params=params)
         except StepError as exc:  # refused before anything ran
             self._audit(name, step_id, attempt, "denied", exc)
             raise

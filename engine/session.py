@@ -202,27 +202,18 @@ class Session:
             result.status = "failed"  # a replay that diverged proves nothing
 
 
+@dataclass
 class _Run:
     """One `Session.run`: the model client, the plans made, the runs made."""
 
-    def __init__(
-        self,
-        session: Session,
-        base: dict[str, Any],
-        base_dir: Path,
-        goal: str | None,
-        inputs: dict[str, str],
-        limits: Limits,
-        config: LLMConfig | None,
-    ) -> None:
-        self.session = session
-        self.base = base
-        self.base_dir = base_dir
-        self.goal = goal
-        self.inputs = inputs
-        self.limits = limits
-        self.config = config
-        self.planned: list[Plan | None] = []
+    session: Session
+    base: dict[str, Any]
+    base_dir: Path
+    goal: str | None
+    inputs: dict[str, str]
+    limits: Limits
+    config: LLMConfig | None
+    planned: list[Plan | None] = field(default_factory=list)
 
     def _client(self) -> LLMClient | None:
         if self.config is None:
@@ -237,7 +228,7 @@ class _Run:
             self.config, budget=budget, client=OfflineModel() if session._offline else None
         )
         if session.tape is not None:
-            client.answers = session.tape
+            client.answers = session.tape.answers
         return client
 
     async def go(self, plan: Plan | None) -> SessionResult:
@@ -316,7 +307,9 @@ class _Run:
             return outcome.plan  # nothing with side effects will run
         tape = session.tape
         if tape is not None:
-            approved, edited = await tape.review(outcome.text, lambda: frontend.review(outcome))
+            approved, edited = await tape.decisions.review(
+                outcome.text, lambda: frontend.review(outcome)
+            )
         else:
             approved, edited = await frontend.review(outcome)
         if tape is not None and tape.replaying and not tape.recording:
@@ -355,7 +348,7 @@ class _Run:
             llm=client,
             preloaded=preloaded,
             dry_run=session.options.dry_run,
-            results=session.tape,
+            results=session.tape.results if session.tape is not None else None,
         )
         events.run_id = executor.run_id
         with attached.showing:

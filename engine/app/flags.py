@@ -6,7 +6,35 @@ import argparse
 
 from engine.cassette import RECORD_MODES
 
-__all__ = ["cassette_flags", "model_flags"]
+__all__ = ["cassette_flags", "model_flags", "run_flags"]
+
+
+def run_flags(parser: argparse.ArgumentParser, *, yes: str, no: str) -> None:
+    """Inputs, who approves, output and logs, policy and dry run."""
+    parser.add_argument(
+        "-i",
+        "--input",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a run input, parsed by its declared type (JSON for arrays/objects)",
+    )
+    who = parser.add_mutually_exclusive_group()
+    who.add_argument("--yes", action="store_true", help=yes)
+    who.add_argument("--no", action="store_true", help=no)
+    parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
+    parser.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
+    parser.add_argument(
+        "--policy", metavar="FILE", help="allow/ask/deny rules for gated calls (first match wins)"
+    )
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="run read-only actions; report side effects instead of making them",
+    )
+    model_flags(parser)
+    cassette_flags(parser)
 
 
 def cassette_flags(parser: argparse.ArgumentParser) -> None:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from engine._yaml import read_recipe
-from engine.app.flags import cassette_flags, model_flags
+from engine.app.flags import run_flags
 from engine.app.launch import RunSettings, launch
 from engine.app.output import EXIT_INVALID
 from engine.capability import Registry
@@ -27,17 +27,7 @@ def add(sub: Any) -> None:
         help="YAML with a 'capabilities:' block (and limits), as in recipes",
     )
     plan.add_argument("-o", "--output", metavar="RECIPE", help="save the plan as a recipe")
-    plan.add_argument("-i", "--input", action="append", default=[], metavar="KEY=VALUE")
-    plan_who = plan.add_mutually_exclusive_group()
-    plan_who.add_argument("--yes", action="store_true", help="approve the plan and every gate")
-    plan_who.add_argument("--no", action="store_true", help="reject the plan")
-    plan.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    plan.add_argument("-v", "--verbose", action="store_true")
-    plan.add_argument("--log-file", metavar="FILE")
-    plan.add_argument("--dry-run", action="store_true")
-    plan.add_argument("--policy", metavar="FILE")
-    model_flags(plan)
-    cassette_flags(plan)
+    run_flags(plan, yes="approve the plan and every gate", no="reject the plan")
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

@@ -1,0 +1,129 @@
+"""A cassette's tool results: what the sandbox runs goes through here (its `Results`)."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from engine._mismatch import HOW, tool_miss, where
+from engine._scope import current_scope
+from engine.cassette import ToolResult, rebuild_error, record_error
+from engine.cassette import digest as hash_of
+from engine.errors import ReplayMismatch, StepError
+from engine.sandbox import ToolCall
+
+if TYPE_CHECKING:
+    from engine.recording import Tape
+
+__all__ = ["TapeResults"]
+
+
+class TapeResults:
+    """Tool results: recorded ones served, live ones recorded (see `Tape`)."""
+
+    def __init__(self, tape: Tape) -> None:
+        self.tape = tape
+        self._tools = {
+            (e.step, e.attempt, e.action, e.params_hash, e.ordinal): e for e in tape.recorded.tools
+        }
+
+    def serves(self, call: ToolCall) -> bool:
+        """Whether this call will be answered from the cassette, nothing run: asked before
+        the call's gate, since only such a call may be approved by a recorded decision.
+
+        A pure replay runs nothing (a call with no recording fails as a mismatch), except
+        read-only calls under `live_tools`. With `new_episodes`, a call is served when its
+        result is recorded, for these params or for params a recorded decision edited them
+        to; a call whose result is not recorded itself (`recorded` false: its model's or
+        person's answers are) may reach a live model, so it is not.
+        """
+        step_id, attempt, action = call.step_id, call.attempt, call.action
+        if not self.tape.replaying or (self.tape.live_tools and call.read_only):
+            return False
+        if not self.tape.recording:
+            return True
+        if not call.recorded:
+            return False
+        scope = current_scope() or step_id
+        digest = hash_of(self.tape.redact(call.params))
+        digests = {digest} | {
+            hash_of(self.tape.redact(e.edited_params))
+            for e in self.tape.recorded.approvals
+            if (e.step, e.action, e.params_hash) == (step_id, action, digest)
+            and e.approved
+            and e.edited_params is not None
+        }
+        return any(
+            (scope, attempt, action, d, self.tape.ordinals["tool", scope, attempt, action, d])
+            in self._tools
+            for d in digests
+        )
+
+    async def result(
+        self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool = False
+    ) -> Any:
+        """The call's result: the recording, or a live run that is recorded.
+
+        In a replay, side effects are never made; read-only calls run live only with
+        `live_tools`. `replayed` says the gate was asked on the promise that this call is
+        served (`serves`), so a recorded decision may have approved it: if it cannot be
+        served after all, it fails as a mismatch rather than run live.
+        """
+        if not call.recorded:
+            return await live()
+        step_id, attempt, action = call.step_id, call.attempt, call.action
+        scope = current_scope() or step_id
+        shown = self.tape.redact(call.params)
+        digest = hash_of(shown)
+        ordinal = self.tape.next_ordinal("tool", scope, attempt, action, digest)
+        key = (scope, attempt, action, digest, ordinal)
+        live_read = self.tape.live_tools and call.read_only
+        if self.tape.replaying:
+            entry = self.tape.take(self._tools, key)
+            if entry is not None and not live_read:
+                if entry.error is not None:
+                    raise rebuild_error(entry.error, step_id)
+                return entry.output
+            if entry is None and not self.tape.recording and not live_read:
+                raise self.tape.fail(
+                    tool_miss(
+                        self.tape.recorded,
+                        self.tape.path,
+                        scope,
+                        attempt,
+                        action,
+                        shown,
+                        digest,
+                        ordinal,
+                    ),
+                    step_id,
+                )
+            if replayed:
+                raise self.tape.fail(
+                    f"replay: {where(scope)} (attempt {attempt}) called {action} on the "
+                    f"promise that {self.tape.path} holds its result (params hash {digest}, "
+                    f"repeat #{ordinal}), but it does not: it would run live under a "
+                    f"recorded decision, so nothing was run\n{HOW}",
+                    step_id,
+                )
+            if entry is not None:  # --live-tools: run it, the recording stands
+                return await live()
+        entry = ToolResult(
+            step=scope,
+            attempt=attempt,
+            action=action,
+            params_hash=digest,
+            ordinal=ordinal,
+            params=shown,
+        )
+        try:
+            output = await live()
+        except StepError as exc:
+            if self.tape.recording and not isinstance(exc, ReplayMismatch):
+                entry.error = record_error(exc, self.tape.secrets.redact)
+                self.tape.cassette.tools.append(entry)
+            raise
+        if self.tape.recording:
+            entry.output = self.tape.redact(output)
+            self.tape.cassette.tools.append(entry)
+        return output
