@@ -85,9 +85,9 @@ class Executor:
             these steps are not run again; their results stand.
         dry_run: read-only actions run; calls with side effects are reported (with their
             rendered params) instead of made, and steps needing their outputs are skipped.
-        results: where tool results come from: the actions, run live (the default), or a
-            cassette that records or serves them (`engine.recording.Tape`; its
-            `TapeApprover` wraps the approver, and the model client takes it for answers).
+        tool_results: where tool results come from: the actions, run live (the default),
+            or a cassette that records or serves them (`Tape.results`; a cassette's
+            `TapeApprover` wraps the approver, and the model client takes `Tape.answers`).
     """
 
     def __init__(
@@ -107,7 +107,7 @@ class Executor:
         llm: LLMClient | None = None,
         preloaded: Mapping[str, StepResult] | None = None,
         dry_run: bool = False,
-        results: Results | None = None,
+        tool_results: Results | None = None,
     ) -> None:
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -132,7 +132,7 @@ class Executor:
             max_tool_calls=plan.limits.max_tool_calls,
             ask=self._ask,
             llm=llm,
-            results=results or LiveResults(),
+            results=tool_results or LiveResults(),
         )
         self.registry = registry
         self.llm = llm

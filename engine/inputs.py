@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,10 +11,16 @@ from engine.diagnostics import did_you_mean
 from engine.errors import InputError
 from engine.model import InputSpec, Plan
 
-__all__ = ["parse_assignments", "resolve_inputs"]
+__all__ = ["input_text", "parse_assignments", "resolve_inputs"]
 
 _TRUE = {"true", "yes", "on", "1"}
 _FALSE = {"false", "no", "off", "0"}
+
+
+def input_text(value: Any) -> str:
+    """A value as `-i` text: strings as they are, anything else as JSON (so it is parsed
+    back by the input's declared type)."""
+    return value if isinstance(value, str) else json.dumps(value)
 
 
 def parse_assignments(pairs: list[str]) -> dict[str, str]:

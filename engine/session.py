@@ -18,15 +18,19 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, TypeVar
 
+from pydantic import BaseModel, ValidationError
+
+from engine._problems import validation_problems
 from engine._secrets import Secrets
 from engine._threads import DaemonThreadPool
 from engine._yaml import parse_recipe_text
 from engine.agent import AgentRunner
 from engine.approval import Approver
 from engine.capability import Registry
-from engine.errors import PlanValidationError, StepError
+from engine.errors import ConfigurationError, PlanValidationError, StepError
 from engine.events import EventBus
 from engine.executor import Executor
+from engine.inputs import input_text
 from engine.llm import Budget, LLMClient, LLMConfig, resolve_llm_config
 from engine.model import FallbackAction, Limits, LLMSettings, Plan
 from engine.planning import Planner, PlanOutcome, PlanReview
@@ -45,13 +49,11 @@ class SessionOptions:
     """How a session runs (the run flags of `planloom run`, `plan` and `replay`).
 
     Attributes:
-        inputs: run inputs as text (`-i KEY=VALUE`), parsed by their declared types.
         dry_run: read-only actions run; side effects are reported, not made.
         model: the model name (else `PLANLOOM_MODEL`, else the recipe's).
         base_url: an OpenAI-compatible endpoint (else `OPENAI_BASE_URL`, else OpenAI).
     """
 
-    inputs: Mapping[str, str] = field(default_factory=dict)
     dry_run: bool = False
     model: str | None = None
     base_url: str | None = None
@@ -95,11 +97,10 @@ class SessionResult:
 
 
 class Session:
-    """One session over a registry, with a frontend, a planner and maybe a recorder.
+    """Sessions over a registry, with a planner, an agent runner and maybe a recorder.
 
     Args:
         registry: the capabilities steps may use.
-        frontend: shows progress and plans, reviews plans, approves gates.
         options: inputs, dry run, model and endpoint.
         planner: makes the planner for a goal from the session's model client.
         agent: makes the runner of `agent` steps from the session's model client.
@@ -110,7 +111,6 @@ class Session:
     def __init__(
         self,
         registry: Registry,
-        frontend: Frontend,
         options: SessionOptions | None = None,
         *,
         planner: Callable[[LLMClient], Planner] | None = None,
@@ -118,44 +118,67 @@ class Session:
         recorder: Tape | None = None,
     ) -> None:
         self.registry = registry
-        self.frontend = frontend
         self.options = options or SessionOptions()
         self.planner = planner
         self.agent = agent
         self.tape = recorder
         self._offline = recorder is not None and not recorder.recording
 
-    def run(self, start: Plan | str, *, base: dict[str, Any], base_dir: Path) -> SessionResult:
-        """Run `start` (a plan, or a goal to plan) and return what happened.
+    def run(
+        self,
+        start: Plan | str,
+        *,
+        base: dict[str, Any],
+        base_dir: Path,
+        frontend: Frontend,
+        inputs: Mapping[str, str] | None = None,
+    ) -> SessionResult:
+        """Run `start` and return what happened.
 
-        `base` is the recipe the plan comes from (its capabilities, limits and llm settings
-        are what a goal is planned within); `base_dir` is where its relative paths start.
-        A first Ctrl-C cancels running steps (`finally` steps still run); a second one
-        raises `KeyboardInterrupt` out of here.
+        `start` is a plan, or a goal to plan: a goal string, or a recipe with a `goal:` and
+        no steps. `base` is the recipe the plan comes from (its capabilities, limits and
+        llm settings are what a goal is planned within); `base_dir` is where its relative
+        paths start; `frontend` shows progress and plans, reviews plans and approves gates;
+        `inputs` are the run inputs as text (`-i KEY=VALUE`), parsed by their
+        declared types (a replay's recorded inputs fill in the rest). A first Ctrl-C
+        cancels running steps (`finally` steps still run); a second one raises
+        `KeyboardInterrupt` out of here.
+
+        Raises:
+            ConfigurationError: the run needs a model and none is configured, or the
+                recipe's `llm:` or `limits:` are invalid.
         """
-        plan = start if isinstance(start, Plan) else None
-        goal = start if isinstance(start, str) else None
-        config = self._model_config(base, needed=goal is not None or _needs_model(plan))
-        inputs = self._inputs()
-        limits = Limits.model_validate(base.get("limits") or {})
-        run = _Run(self, base, base_dir, goal, inputs, limits, config)
-        outcome = _run_async(run.go(plan))
+        recipe = start if isinstance(start, Plan) else None
+        goal = _goal_of(start)
+        config = self.model_config(start, base)
+        given = self._inputs(inputs or {})
+        limits = _settings(Limits, base, "limits")
+        run = _Run(self, frontend, base, base_dir, goal, given, limits, config)
+        outcome = _run_async(run.go(recipe if goal is None else None))
         if self.tape is not None:
-            first = run.planned[0] if run.planned else plan
+            first = run.planned[0] if run.planned else recipe
             self._finish_tape(
+                frontend,
                 outcome.result,
                 plan=first.to_data() if first is not None else None,
                 goal=goal,
                 base=base if goal is not None else None,
                 model=config.model if config is not None else None,
-                inputs=inputs,
+                inputs=given,
             )
         return outcome
 
-    def _model_config(self, base: dict[str, Any], *, needed: bool) -> LLMConfig | None:
+    def model_config(self, start: Plan | str, base: dict[str, Any]) -> LLMConfig | None:
+        """The model a run of `start` needs (None: it needs none), resolved from the
+        options, the environment and `base`'s `llm:`; a replay takes the recorded model.
+
+        Raises:
+            ConfigurationError: no model is configured, or `llm:` is invalid.
+        """
+        needed = _goal_of(start) is not None or (isinstance(start, Plan) and _needs_model(start))
         if not needed:
             return None
-        recipe_llm = LLMSettings.model_validate(base["llm"]) if base.get("llm") else None
+        recipe_llm = _settings(LLMSettings, base, "llm") if base.get("llm") else None
         if self._offline:
             assert self.tape is not None
             recorded = self.tape.recorded.model or (recipe_llm.model if recipe_llm else None)
@@ -164,16 +187,16 @@ class Session:
             recipe_llm, model=self.options.model, base_url=self.options.base_url
         )
 
-    def _inputs(self) -> dict[str, str]:
+    def _inputs(self, given: Mapping[str, str]) -> dict[str, str]:
         """The run's inputs as text: a replay's recorded inputs, unless given again."""
-        given = dict(self.options.inputs)
         if self.tape is None or not self.tape.replaying:
-            return given
-        recorded = {k: _as_text(v) for k, v in self.tape.recorded.inputs.items()}
+            return dict(given)
+        recorded = {k: input_text(v) for k, v in self.tape.recorded.inputs.items()}
         return {**recorded, **given}
 
     def _finish_tape(
         self,
+        frontend: Frontend,
         result: RunResult,
         *,
         plan: dict[str, Any] | None,
@@ -190,7 +213,7 @@ class Session:
             written = tape.save(plan=plan, goal=goal, base=base, model=model, inputs=inputs)
         elif tape.recording:
             partial = "was not written (the recording is partial)"
-            self.frontend.say(f"interrupted: {tape.path} {partial}")
+            frontend.say(f"interrupted: {tape.path} {partial}")
         result.replay = ReplayReport(
             cassette=str(tape.path),
             mode=tape.requested_mode,
@@ -207,6 +230,7 @@ class _Run:
     """One `Session.run`: the model client, the plans made, the runs made."""
 
     session: Session
+    frontend: Frontend
     base: dict[str, Any]
     base_dir: Path
     goal: str | None
@@ -242,7 +266,7 @@ class _Run:
                     plan = await self._plan(client)
                     self.planned.append(plan)
                 except StepError as exc:  # the model failed us: nothing ran
-                    self.session.frontend.say(f"planning failed: {exc.message}")
+                    self.frontend.say(f"planning failed: {exc.message}")
                     failed = RunResult(
                         run_id="-", status="failed", errors=[exc.message], usage=_spent(client)
                     )
@@ -267,14 +291,14 @@ class _Run:
                 for step_id, step in result.steps.items()
                 if step.status in ("succeeded", "fallback")
             }
-            self.session.frontend.say(f"replanning after the failure ({len(kept)} steps kept)")
+            self.frontend.say(f"replanning after the failure ({len(kept)} steps kept)")
             keep = [
                 s.model_dump(by_alias=True, exclude_unset=True) for s in plan.steps if s.id in kept
             ]
             try:
                 replanned = await self._plan(client, context=_replan_context(result), keep=keep)
             except StepError as exc:  # keep the failed run's result, say why it stands
-                self.session.frontend.say(f"replanning failed: {exc.message}")
+                self.frontend.say(f"replanning failed: {exc.message}")
                 result.errors.append(f"replanning failed: {exc.message}")
                 break
             if replanned is None:
@@ -294,7 +318,7 @@ class _Run:
     ) -> Plan | None:
         """Plan the goal, show the plan, have it reviewed; None if it was rejected."""
         session = self.session
-        frontend = session.frontend
+        frontend = self.frontend
         if session.planner is None:
             raise StepError("this session has no planner for goals")
         goal = self.goal or ""
@@ -330,7 +354,7 @@ class _Run:
     ) -> SessionResult:
         session = self.session
         events = EventBus("pending")
-        attached = session.frontend.attach(plan, events)
+        attached = self.frontend.attach(plan, events)
         approver = attached.approver
         if session.tape is not None:
             approver = TapeApprover(session.tape, approver)
@@ -348,11 +372,11 @@ class _Run:
             llm=client,
             preloaded=preloaded,
             dry_run=session.options.dry_run,
-            results=session.tape.results if session.tape is not None else None,
+            tool_results=session.tape.results if session.tape is not None else None,
         )
         events.run_id = executor.run_id
         with attached.showing:
-            result = await _with_signals(executor, session.frontend.say)
+            result = await _with_signals(executor, self.frontend.say)
         return SessionResult(result, executor.secrets)
 
 
@@ -377,9 +401,23 @@ def _needs_model(plan: Plan | None) -> bool:
     )
 
 
-def _as_text(value: Any) -> str:
-    """A recorded input as `-i` text (inputs are recorded as they were given)."""
-    return value if isinstance(value, str) else json.dumps(value)
+def _goal_of(start: Plan | str) -> str | None:
+    """The goal to plan: a goal string, or a recipe's `goal:` when it has no steps."""
+    if isinstance(start, str):
+        return start
+    return start.goal if not start.steps else None
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def _settings(model: type[M], base: dict[str, Any], key: str) -> M:
+    """`base[key]` as `model`; a problem with it is a configuration error."""
+    try:
+        return model.model_validate(base.get(key) or {})
+    except ValidationError as exc:
+        problems = validation_problems(exc, prefix=(key,))
+        raise ConfigurationError(f"the recipe's {key}: is invalid: {problems}") from None
 
 
 def _spent(client: LLMClient) -> Usage:

@@ -292,12 +292,12 @@ def replay(
         PlanValidationError: the recipe is invalid.
         ConfigurationError: the cassette is missing (in mode `none`) or unreadable.
     """
-    import json
     import warnings
 
     from engine.app.launch import RunSettings, run_session
     from engine.app.registry import build_registry
     from engine.cassette import Cassette
+    from engine.inputs import input_text
     from planners.recipe import load_recipe
     from planners.replay import plan_from_cassette
 
@@ -305,9 +305,7 @@ def replay(
     chosen_mode = mode or ref.mode
     registry = registry or build_registry()
     settings = RunSettings(
-        inputs=tuple(
-            f"{k}={v if isinstance(v, str) else json.dumps(v)}" for k, v in (inputs or {}).items()
-        ),
+        inputs=tuple(f"{k}={input_text(v)}" for k, v in (inputs or {}).items()),
         yes=approve is True,
         no=approve is False,
         model=model,
@@ -325,9 +323,8 @@ def replay(
         )
     start: Plan | str
     if recipe is not None:
-        plan, _ = load_recipe(recipe, registry)
-        base, base_dir = plan.to_data(), Path(recipe).resolve().parent
-        start = plan.goal if not plan.steps and plan.goal is not None else plan
+        start, _ = load_recipe(recipe, registry)
+        base, base_dir = start.to_data(), Path(recipe).resolve().parent
     elif ref.path.exists():
         recorded = Cassette.load(ref.path)
         base_dir = ref.path.resolve().parent

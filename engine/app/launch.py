@@ -19,6 +19,7 @@ from engine.cassette import RecordMode
 from engine.errors import ConfigurationError
 from engine.inputs import parse_assignments
 from engine.model import Plan
+from engine.policy import load_policy
 from engine.recording import Tape
 from engine.session import Session, SessionOptions, SessionResult
 from planners.llm import LLMPlanner
@@ -90,36 +91,35 @@ def run_session(
     base_dir: Path,
 ) -> SessionResult:
     """The session the settings describe, run to its end."""
-    options = SessionOptions(
-        inputs=parse_assignments(list(settings.inputs)),
-        dry_run=settings.dry_run,
-        model=settings.model,
-        base_url=settings.base_url,
-    )
     tape = open_tape(settings)
+    options = SessionOptions(
+        dry_run=settings.dry_run, model=settings.model, base_url=settings.base_url
+    )
+    session = Session(
+        registry,
+        options,
+        planner=lambda client: LLMPlanner(client, registry),
+        agent=ReactAgent,
+        recorder=tape,
+    )
+    session.model_config(start, base)  # no model configured: said before anything else
+    inputs = parse_assignments(list(settings.inputs))
+    policy = load_policy(settings.policy, registry=registry) if settings.policy else None
     log_stream = open_log(settings.log_file) if settings.log_file else None
     frontend = TerminalFrontend(
         registry,
         base_dir,
         yes=settings.yes,
         no=settings.no,
-        policy=settings.policy,
+        policy=policy,
         verbose=settings.verbose,
         log_stream=log_stream,
         save_plan=settings.output,
     )
-    session = Session(
-        registry,
-        frontend,
-        options,
-        planner=lambda client: LLMPlanner(client, registry),
-        agent=ReactAgent,
-        recorder=tape,
-    )
     if tape is not None:
         sys.stderr.write(_banner(tape))
     try:
-        return session.run(start, base=base, base_dir=base_dir)
+        return session.run(start, base=base, base_dir=base_dir, frontend=frontend, inputs=inputs)
     finally:
         if log_stream is not None:
             log_stream.close()

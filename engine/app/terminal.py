@@ -26,7 +26,7 @@ from engine.errors import PlanValidationError
 from engine.events import EventBus
 from engine.model import Plan
 from engine.planning import PlanOutcome
-from engine.policy import PolicyApprover, load_policy
+from engine.policy import Policy, PolicyApprover
 from engine.render import render_plan
 from engine.session import Attached, plan_from_text
 
@@ -43,7 +43,7 @@ class TerminalFrontend:
         registry: for rendering plans and checking edited ones.
         base_dir: where an edited plan's relative paths start.
         yes / no: `--yes` approves the plan and every gate; `--no` denies them.
-        policy: a policy file whose rules decide gates first (`ask` goes to the person).
+        policy: rules that decide gates first (their `ask` goes to the person).
         verbose: every event on stderr (and no live view).
         log_stream: every event as JSON lines (`--log-file`).
         save_plan: where a model-written plan is saved (`plan -o FILE`).
@@ -53,7 +53,7 @@ class TerminalFrontend:
     base_dir: Path
     yes: bool = False
     no: bool = False
-    policy: str | None = None
+    policy: Policy | None = None
     verbose: bool = False
     log_stream: TextIO | None = None
     save_plan: str | None = None
@@ -111,9 +111,9 @@ class TerminalFrontend:
             person = DenyAll()
         elif _interactive():
             person = TerminalApprover(pause=live.paused if live is not None else None)
-        if self.policy:
+        if self.policy is not None:
             # The policy decides first; its `ask` rules go to the person, if there is one.
-            return PolicyApprover(load_policy(self.policy, registry=self.registry), ask=person)
+            return PolicyApprover(self.policy, ask=person)
         return person if person is not None else FailClosed()
 
     async def _menu(self, plan: Plan, text: str) -> tuple[bool, str | None]:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 from typing import Any
 
 from engine.app.launch import RunSettings, launch
-from engine.app.output import EXIT_INVALID
+from engine.app.output import EXIT_INVALID, invalid, print_json
 from engine.capability import Registry
 from engine.cassette import Cassette
 from engine.diagnostics import render_diagnostics
@@ -38,12 +37,7 @@ def add(sub: Any) -> None:
 
 def main(args: argparse.Namespace, registry: Registry) -> int:
     cassette = Cassette.load(args.cassette)
-    settings = RunSettings.from_args(
-        args,
-        inputs=tuple(f"{k}={_as_text(v)}" for k, v in cassette.inputs.items()),
-        replay=args.cassette,
-        record_mode="none",
-    )
+    settings = RunSettings.from_args(args, replay=args.cassette, record_mode="none")
     base_dir = Path(args.cassette).resolve().parent
     if cassette.goal is not None:
         return launch(settings, registry, cassette.goal, cassette.base or {}, base_dir)
@@ -52,10 +46,7 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     except PlanValidationError as exc:
         sys.stderr.write(render_diagnostics(exc.diagnostics, None) + "\n")
         sys.stderr.write(f"{args.cassette}: the recorded plan is not valid here\n")
+        if args.json:
+            print_json(invalid([d.model_dump() for d in exc.diagnostics]))
         return EXIT_INVALID
     return launch(settings, registry, plan, plan.to_data(), base_dir)
-
-
-def _as_text(value: Any) -> str:
-    """A recorded input as `-i` text (inputs are recorded as they were given)."""
-    return value if isinstance(value, str) else json.dumps(value)

@@ -25,5 +25,4 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     if isinstance(loaded, int):
         return loaded
     base_dir = Path(args.recipe).resolve().parent
-    start = loaded.goal if not loaded.steps and loaded.goal is not None else loaded
-    return launch(RunSettings.from_args(args), registry, start, loaded.to_data(), base_dir)
+    return launch(RunSettings.from_args(args), registry, loaded, loaded.to_data(), base_dir)

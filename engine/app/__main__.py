@@ -1,0 +1,5 @@
+"""`python -m engine.app`: the `planloom` command."""
+
+from engine.app.main import main
+
+raise SystemExit(main())
