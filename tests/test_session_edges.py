@@ -56,20 +56,8 @@ def test_a_bad_policy_is_refused_before_the_model_is_asked(tmp_path: Path) -> No
     _write(tmp_path / "caps.yaml", "capabilities: {fs: {root: ., write: true}}\n")
     _write(tmp_path / "policy.yaml", "rules: [{tool: 'fs.*', decision: maybe}]\n")
     with FakeOpenAIServer(ScriptedModel.sequence(PLAN)) as server:
-        proc = planloom(
-            "plan",
-            "Write a note",
-            "--capabilities",
-            "caps.yaml",
-            "--base-url",
-            server.base_url,
-            "--model",
-            "m",
-            "--policy",
-            "policy.yaml",
-            "--yes",
-            cwd=tmp_path,
-        )
+        flags = ["--capabilities", "caps.yaml", "--model", "m", "--policy", "policy.yaml", "--yes"]
+        proc = planloom("plan", "Write a note", "--base-url", server.base_url, *flags, cwd=tmp_path)
         asked = len(server.requests)
     assert proc.returncode == 2, proc.stderr
     assert "policy.yaml" in proc.stderr
