@@ -101,7 +101,7 @@ class Session:
 
     Args:
         registry: the capabilities steps may use.
-        options: inputs, dry run, model and endpoint.
+        options: dry run, model and endpoint.
         planner: makes the planner for a goal from the session's model client.
         agent: makes the runner of `agent` steps from the session's model client.
         recorder: a cassette's tape: model answers, tool results, decisions and answers
