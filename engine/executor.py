@@ -12,20 +12,15 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel
-from tenacity import (
-    AsyncRetrying,
-    retry_if_exception,
-    stop_after_attempt,
-)
 
 from engine._agent_steps import AgentSteps
-from engine._compiled import CompiledAction, CompiledStep, retry_wait, retryable
+from engine._attempts import Attempts, Sleep, Tally
+from engine._compiled import CompiledStep
 from engine._gc import heap_frozen
 from engine._graph import plan_graph, step_dependencies
 from engine._scheduler import Scheduler
@@ -36,10 +31,7 @@ from engine.approval import Approver, FailClosed, Gatekeeper
 from engine.capability import Registry
 from engine.errors import (
     ApprovalDenied,
-    DryRun,
-    ReplayMismatch,
     StepError,
-    StepFailed,
     TemplateError,
 )
 from engine.events import EventBus
@@ -51,18 +43,10 @@ from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatu
 from engine.sandbox import LiveResults, Results, Sandbox
 from engine.templating import (
     Namespace,
-    Template,
     compile_value,
 )
 
-__all__ = ["Executor", "run_plan"]
-
-Sleep = Callable[[float], Awaitable[None]]
-
-
-@dataclass
-class _Tally:
-    attempts: int = 0
+__all__ = ["Executor", "Sleep", "run_plan"]
 
 
 class Executor:
@@ -118,7 +102,6 @@ class Executor:
         if self.events.redact is None:
             self.events.redact = self.secrets.redact_value
         approver = approver or FailClosed()
-        self._mismatched: set[str] = set()  # steps a replay had no recording for
         self.gatekeeper = Gatekeeper(
             approver, redact=self.secrets.redact_value, on_quit=self.cancel
         )
@@ -138,16 +121,16 @@ class Executor:
         self.llm = llm
         self.preloaded = dict(preloaded or {})
         self.sandbox.dry_run = dry_run
-        self.would_run: list[dict[str, Any]] = []  # dry run: the calls not made
-        self._unknown: set[str] = set()  # dry run: steps whose outputs are unknown
         if llm is not None:
             llm.on_call = self._llm_called
-        self.sleep = sleep
         self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
         self.errors: list[str] = []
         self._compiled = {s.id: CompiledStep(s) for s in plan.all_steps()}
         primaries = {step_id: compiled.primary for step_id, compiled in self._compiled.items()}
         self.agents = AgentSteps(agent_runner, registry, self.sandbox, plan.capabilities, primaries)
+        self.attempts = Attempts(
+            self.events, self.sandbox, self.agents, self.secrets, sleep, plan.limits.max_parallel
+        )
         self._final_ids = frozenset(s.id for s in plan.finally_)
         self._view: Namespace = Namespace()
         self._run_view: dict[str, Any] = {"id": self.run_id, "name": plan.name}
@@ -203,7 +186,7 @@ class Executor:
             usage=self._usage(),
             errors=[self.secrets.redact(error) for error in self.errors],
             approvals=list(self.gatekeeper.decisions),
-            dry_run=self.would_run if self.sandbox.dry_run else None,
+            dry_run=self.attempts.would_run if self.sandbox.dry_run else None,
         )
 
     def _status(self, steps: list[Step]) -> RunStatus:
@@ -301,160 +284,26 @@ class Executor:
                     step_id, StepResult(status="skipped", error="skipped: 'when' is false")
                 )
             if compiled.for_each is not None:
-                return self._finish(step_id, await self._run_items(compiled, context))
+                return self._finish(step_id, await self.attempts.items(compiled, context))
         except TemplateError as exc:
-            return self._finish(step_id, self._failed(step, exc, _Tally()))
-        tally = _Tally()
-        status, output, error = await self._run_chain(compiled, context, tally)
-        if status in ("failed", "denied") and step.can_fail and step_id not in self._mismatched:
+            return self._finish(step_id, self._failed(step, exc, Tally()))
+        tally = Tally()
+        status, output, error = await self.attempts.chain(compiled, context, tally)
+        lost = step_id in self.attempts.mismatched  # a replay cannot show what came next
+        if status in ("failed", "denied") and step.can_fail and not lost:
             status = "failed_acceptable"
         return self._finish(
             step_id, StepResult(status=status, output=output, error=error, attempts=tally.attempts)
         )
 
-    async def _run_items(self, compiled: CompiledStep, context: dict[str, Any]) -> StepResult:
-        step = compiled.step
-        items = compiled.for_each
-        if isinstance(items, Template):
-            items = items.render(context)
-        if not isinstance(items, list):
-            raise TemplateError(
-                f"for_each must give a list, got {type(items).__name__}: {items!r:.80}"
-            )
-        limit = asyncio.Semaphore(step.max_parallel or self.plan.limits.max_parallel)
-        tally = _Tally()
-
-        async def one(index: int, item: Any) -> tuple[StepStatus, Any, str | None]:
-            enter_scope(f"{step.id}[{index}]")
-            async with limit:
-                return await self._run_chain(
-                    compiled, {**context, "item": item, "index": index}, tally
-                )
-
-        async with asyncio.TaskGroup() as group:
-            tasks = [group.create_task(one(i, item)) for i, item in enumerate(items)]
-        outcomes = [task.result() for task in tasks]
-        bad = [(i, o) for i, o in enumerate(outcomes) if o[0] in BLOCKING]
-        if bad:
-            status: StepStatus = "denied" if all(o[0] == "denied" for _, o in bad) else "failed"
-            if step.can_fail and step.id not in self._mismatched:
-                status = "failed_acceptable"
-            error = "; ".join(f"item {i}: {o[2]}" for i, o in bad[:5])
-            more = f" (and {len(bad) - 5} more items)" if len(bad) > 5 else ""
-            return StepResult(status=status, error=error + more, attempts=tally.attempts)
-        errors = [f"item {i}: {o[2]}" for i, o in enumerate(outcomes) if o[2]]
-        if outcomes and all(o[0] == "skipped" for o in outcomes):  # --dry-run
-            return StepResult(status="skipped", error=errors[0], attempts=tally.attempts)
-        status = "fallback" if any(o[0] == "fallback" for o in outcomes) else "succeeded"
-        return StepResult(
-            status=status,
-            output=[o[1] for o in outcomes],
-            error="; ".join(errors) or None,
-            attempts=tally.attempts,
-        )
-
-    async def _run_chain(
-        self, compiled: CompiledStep, context: dict[str, Any], tally: _Tally
-    ) -> tuple[StepStatus, Any, str | None]:
-        """Primary with retries, then the fallback. `can_fail` is the caller's business."""
-        step = compiled.step
-        try:
-            output = await self._with_retries(compiled, compiled.primary, context, tally)
-            return "succeeded", output, None
-        except DryRun as exc:
-            self._unknown.add(step.id)
-            call = {"step_id": step.id, "action": exc.action, "params": exc.params}
-            self.would_run.append(self.secrets.redact_value(call))
-            return "skipped", None, f"{exc.message} (not run: --dry-run)"
-        except ReplayMismatch as exc:  # the replay cannot show what happened next
-            self._mismatched.add(step.id)
-            return "failed", None, exc.message
-        except StepError as exc:
-            denied = isinstance(exc, ApprovalDenied)
-            error = exc.message
-        if compiled.fallback is not None:
-            try:
-                tally.attempts += 1
-                output = await self._attempt(
-                    step, compiled.fallback, context, tally.attempts, failure=error
-                )
-                return "fallback", output, f"primary failed: {error}"
-            except ReplayMismatch as exc:
-                self._mismatched.add(step.id)
-                return "failed", None, f"{error}; fallback: {exc.message}"
-            except StepError as exc:
-                error = f"{error}; fallback failed: {exc.message}"
-        return ("denied" if denied else "failed"), None, error
-
-    async def _with_retries(
-        self, compiled: CompiledStep, action: CompiledAction, context: dict[str, Any], tally: _Tally
-    ) -> Any:
-        policy = compiled.step.retry
-        if policy is None or policy.attempts == 1:
-            tally.attempts += 1
-            return await self._attempt(compiled.step, action, context, tally.attempts)
-        retrying = AsyncRetrying(
-            stop=stop_after_attempt(policy.attempts),
-            wait=retry_wait(policy),
-            retry=retry_if_exception(lambda exc: retryable(exc, policy)),
-            sleep=self.sleep,
-            reraise=True,
-        )
-        async for attempt in retrying:
-            with attempt:
-                tally.attempts += 1
-                return await self._attempt(compiled.step, action, context, tally.attempts)
-        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
-
-    async def _attempt(
-        self,
-        step: Step,
-        action: CompiledAction,
-        context: dict[str, Any],
-        attempt: int,
-        failure: str | None = None,
-    ) -> Any:
-        self.events.emit("attempt.started", step.id, attempt, action=action.tool)
-        try:
-            if action.is_agent:
-                output = await self.agents.run(step, action, context, attempt, failure)
-            else:
-                output = await self.sandbox.call(
-                    action.tool,
-                    action.params.render(context),
-                    step_id=step.id,
-                    attempt=attempt,
-                    confirm=action.confirm,
-                    timeout=action.timeout,
-                    data_paths=action.data_paths,
-                    data_literals=action.data_literals,
-                )
-        except StepError as exc:
-            self.events.emit(
-                "attempt.finished",
-                step.id,
-                attempt,
-                outcome=type(exc).__name__,
-                error=exc.message,
-            )
-            raise
-        except Exception as exc:  # a bug below us is this attempt's failure, not a crash
-            error = StepFailed(f"{type(exc).__name__}: {exc}", step_id=step.id, attempt=attempt)
-            self.events.emit(
-                "attempt.finished", step.id, attempt, outcome="StepFailed", error=error.message
-            )
-            raise error from exc
-        self.events.emit("attempt.finished", step.id, attempt, outcome="ok")
-        return output
-
     def _dry_skip(self, step: Step) -> StepResult | None:
         """In a dry run: skip agent steps, and steps needing outputs no one produced."""
         if step.agent is not None:
-            self._unknown.add(step.id)
+            self.attempts.unknown.add(step.id)
             return StepResult(status="skipped", error="dry run: agent steps are not run")
-        needs = [dep for dep in step_dependencies(step) if dep in self._unknown]
+        needs = [dep for dep in step_dependencies(step) if dep in self.attempts.unknown]
         if needs:
-            self._unknown.add(step.id)
+            self.attempts.unknown.add(step.id)
             return StepResult(
                 status="skipped",
                 error=f"dry run: needs the output of '{needs[0]}', unknown in a dry run",
@@ -553,7 +402,7 @@ class Executor:
             )
         return result
 
-    def _failed(self, step: Step, exc: StepError, tally: _Tally) -> StepResult:
+    def _failed(self, step: Step, exc: StepError, tally: Tally) -> StepResult:
         status: StepStatus = "failed_acceptable" if step.can_fail else "failed"
         return StepResult(status=status, error=exc.message, attempts=tally.attempts)
 

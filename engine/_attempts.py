@@ -1,0 +1,200 @@
+"""One step's action carried out: attempts with retries, then its fallback, and `for_each`
+items in parallel; what a dry run did not do, and which steps a replay could not follow."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+
+from engine._agent_steps import AgentSteps
+from engine._compiled import CompiledAction, CompiledStep, retry_wait, retryable
+from engine._scope import enter_scope
+from engine._secrets import Secrets
+from engine.errors import (
+    ApprovalDenied,
+    DryRun,
+    ReplayMismatch,
+    StepError,
+    StepFailed,
+    TemplateError,
+)
+from engine.events import EventBus
+from engine.model import Step
+from engine.results import BLOCKING, StepResult, StepStatus
+from engine.sandbox import Sandbox
+from engine.templating import Template
+
+__all__ = ["Attempts", "Sleep", "Tally"]
+
+Sleep = Callable[[float], Awaitable[None]]
+
+
+@dataclass
+class Tally:
+    """Attempts made for one step (its items' and fallback's included)."""
+
+    attempts: int = 0
+
+
+@dataclass
+class Attempts:
+    """Carries out steps' actions for one run.
+
+    Attributes:
+        events: where attempts are published.
+        sandbox: the gate every tool call passes.
+        agents: agent steps and natural-language fallbacks.
+        secrets: redacted from what a dry run reports.
+        sleep: waits between retries.
+        max_parallel: the run's limit on `for_each` items at once (a step's own wins).
+        mismatched: steps a replay had no recording for (`can_fail` does not apply).
+        unknown: dry run: steps whose outputs are unknown.
+        would_run: dry run: the calls not made, with their rendered params.
+    """
+
+    events: EventBus
+    sandbox: Sandbox
+    agents: AgentSteps
+    secrets: Secrets
+    sleep: Sleep
+    max_parallel: int
+    mismatched: set[str] = field(default_factory=set)
+    unknown: set[str] = field(default_factory=set)
+    would_run: list[dict[str, Any]] = field(default_factory=list)
+
+    async def items(self, compiled: CompiledStep, context: dict[str, Any]) -> StepResult:
+        step = compiled.step
+        items = compiled.for_each
+        if isinstance(items, Template):
+            items = items.render(context)
+        if not isinstance(items, list):
+            raise TemplateError(
+                f"for_each must give a list, got {type(items).__name__}: {items!r:.80}"
+            )
+        limit = asyncio.Semaphore(step.max_parallel or self.max_parallel)
+        tally = Tally()
+
+        async def one(index: int, item: Any) -> tuple[StepStatus, Any, str | None]:
+            enter_scope(f"{step.id}[{index}]")
+            async with limit:
+                return await self.chain(compiled, {**context, "item": item, "index": index}, tally)
+
+        async with asyncio.TaskGroup() as group:
+            tasks = [group.create_task(one(i, item)) for i, item in enumerate(items)]
+        outcomes = [task.result() for task in tasks]
+        bad = [(i, o) for i, o in enumerate(outcomes) if o[0] in BLOCKING]
+        if bad:
+            status: StepStatus = "denied" if all(o[0] == "denied" for _, o in bad) else "failed"
+            if step.can_fail and step.id not in self.mismatched:
+                status = "failed_acceptable"
+            error = "; ".join(f"item {i}: {o[2]}" for i, o in bad[:5])
+            more = f" (and {len(bad) - 5} more items)" if len(bad) > 5 else ""
+            return StepResult(status=status, error=error + more, attempts=tally.attempts)
+        errors = [f"item {i}: {o[2]}" for i, o in enumerate(outcomes) if o[2]]
+        if outcomes and all(o[0] == "skipped" for o in outcomes):  # --dry-run
+            return StepResult(status="skipped", error=errors[0], attempts=tally.attempts)
+        status = "fallback" if any(o[0] == "fallback" for o in outcomes) else "succeeded"
+        return StepResult(
+            status=status,
+            output=[o[1] for o in outcomes],
+            error="; ".join(errors) or None,
+            attempts=tally.attempts,
+        )
+
+    async def chain(
+        self, compiled: CompiledStep, context: dict[str, Any], tally: Tally
+    ) -> tuple[StepStatus, Any, str | None]:
+        """Primary with retries, then the fallback. `can_fail` is the caller's business."""
+        step = compiled.step
+        try:
+            output = await self._with_retries(compiled, compiled.primary, context, tally)
+            return "succeeded", output, None
+        except DryRun as exc:
+            self.unknown.add(step.id)
+            call = {"step_id": step.id, "action": exc.action, "params": exc.params}
+            self.would_run.append(self.secrets.redact_value(call))
+            return "skipped", None, f"{exc.message} (not run: --dry-run)"
+        except ReplayMismatch as exc:  # the replay cannot show what happened next
+            self.mismatched.add(step.id)
+            return "failed", None, exc.message
+        except StepError as exc:
+            denied = isinstance(exc, ApprovalDenied)
+            error = exc.message
+        if compiled.fallback is not None:
+            try:
+                tally.attempts += 1
+                output = await self._attempt(
+                    step, compiled.fallback, context, tally.attempts, failure=error
+                )
+                return "fallback", output, f"primary failed: {error}"
+            except ReplayMismatch as exc:
+                self.mismatched.add(step.id)
+                return "failed", None, f"{error}; fallback: {exc.message}"
+            except StepError as exc:
+                error = f"{error}; fallback failed: {exc.message}"
+        return ("denied" if denied else "failed"), None, error
+
+    async def _with_retries(
+        self, compiled: CompiledStep, action: CompiledAction, context: dict[str, Any], tally: Tally
+    ) -> Any:
+        policy = compiled.step.retry
+        if policy is None or policy.attempts == 1:
+            tally.attempts += 1
+            return await self._attempt(compiled.step, action, context, tally.attempts)
+        retrying = AsyncRetrying(
+            stop=stop_after_attempt(policy.attempts),
+            wait=retry_wait(policy),
+            retry=retry_if_exception(lambda exc: retryable(exc, policy)),
+            sleep=self.sleep,
+            reraise=True,
+        )
+        async for attempt in retrying:
+            with attempt:
+                tally.attempts += 1
+                return await self._attempt(compiled.step, action, context, tally.attempts)
+        raise AssertionError("unreachable: tenacity reraises the last error")  # pragma: no cover
+
+    async def _attempt(
+        self,
+        step: Step,
+        action: CompiledAction,
+        context: dict[str, Any],
+        attempt: int,
+        failure: str | None = None,
+    ) -> Any:
+        self.events.emit("attempt.started", step.id, attempt, action=action.tool)
+        try:
+            if action.is_agent:
+                output = await self.agents.run(step, action, context, attempt, failure)
+            else:
+                output = await self.sandbox.call(
+                    action.tool,
+                    action.params.render(context),
+                    step_id=step.id,
+                    attempt=attempt,
+                    confirm=action.confirm,
+                    timeout=action.timeout,
+                    data_paths=action.data_paths,
+                    data_literals=action.data_literals,
+                )
+        except StepError as exc:
+            self.events.emit(
+                "attempt.finished",
+                step.id,
+                attempt,
+                outcome=type(exc).__name__,
+                error=exc.message,
+            )
+            raise
+        except Exception as exc:  # a bug below us is this attempt's failure, not a crash
+            error = StepFailed(f"{type(exc).__name__}: {exc}", step_id=step.id, attempt=attempt)
+            self.events.emit(
+                "attempt.finished", step.id, attempt, outcome="StepFailed", error=error.message
+            )
+            raise error from exc
+        self.events.emit("attempt.finished", step.id, attempt, outcome="ok")
+        return output
