@@ -187,7 +187,7 @@ def test_git_commit_works(tmp_path: Path, repo: Path) -> None:
     ],
 )
 def test_diff_printing_subcommands_get_the_flags(args: list[str], expected: list[str]) -> None:
-    from capabilities._argrules import ArgContext, final_arguments  # new in this change
+    from capabilities._argrules import ArgContext, final_arguments
 
     git = shutil.which("git") or "/usr/bin/git"
     assert final_arguments(args, ArgContext(git, "/j", "/j")) == expected
