@@ -349,26 +349,23 @@ class Executor:
             step_id, action, params, reason, validate, replayed=replayed
         )
         # Every decision is audited with its source (`by`): approved or not.
-        if not decision.approved:
-            self.events.emit(
-                "gate.decided",
-                step_id,
-                action=action,
-                approved=False,
-                by=decision.by,
-                reason=decision.reason,
-            )
-            raise ApprovalDenied(decision.reason, step_id=step_id)
+        edited = decision.edited_params is not None
+        detail = (
+            {"params_hash": decision.params_hash, "edited": edited}
+            if decision.approved
+            else {"reason": decision.reason}
+        )
         self.events.emit(
             "gate.decided",
             step_id,
             action=action,
-            approved=True,
+            approved=decision.approved,
             by=decision.by,
-            params_hash=decision.params_hash,
-            edited=decision.edited_params is not None,
+            **detail,
         )
-        return decision.edited_params if decision.edited_params is not None else params
+        if not decision.approved:
+            raise ApprovalDenied(decision.reason, step_id=step_id)
+        return decision.edited_params if edited else params
 
     # -- bookkeeping ---------------------------------------------------------------------
 

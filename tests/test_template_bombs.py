@@ -62,7 +62,11 @@ def _yaml_string(template: str) -> str:
     return json.dumps(template)  # a JSON string is a YAML double-quoted string
 
 
-def _params(template: str) -> str:
+def _recipe_text(template: str, *, field: str) -> str:
+    """A one-step recipe with `template` in the step's `params.path` or its `when`."""
+    quoted = _yaml_string(template)
+    when = f"\n            when: {quoted}" if field == "when" else ""
+    path = quoted if field == "params" else "data.txt"
     return f"""\
         version: 1
         name: bomb
@@ -72,25 +76,17 @@ def _params(template: str) -> str:
         steps:
           - id: read
             tool: fs.read
-            timeout: 3
-            params: {{path: {_yaml_string(template)}}}
+            timeout: 3{when}
+            params: {{path: {path}}}
         """
+
+
+def _params(template: str) -> str:
+    return _recipe_text(template, field="params")
 
 
 def _when(template: str) -> str:
-    return f"""\
-        version: 1
-        name: bomb
-        capabilities:
-          fs: {{root: .}}
-        limits: {{max_duration: 10}}
-        steps:
-          - id: read
-            tool: fs.read
-            timeout: 3
-            when: {_yaml_string(template)}
-            params: {{path: data.txt}}
-        """
+    return _recipe_text(template, field="when")
 
 
 def _outputs(template: str) -> str:
