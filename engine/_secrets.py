@@ -36,12 +36,13 @@ from urllib.parse import urlsplit
 
 from engine._secrets_encodings import encodings, trie_pattern
 from engine._secrets_http import is_sensitive_field, redact_field, redact_headers, redact_url
-from engine._secrets_names import is_secret_env_name
+from engine._secrets_names import declare_secret_env_names, is_secret_env_name
 from engine._secrets_text import REDACTED, redact_text_structures
 
 __all__ = [
     "REDACTED",
     "Secrets",
+    "declare_secret_env_names",
     "is_secret_env_name",
     "redact_headers",
     "redact_text_structures",

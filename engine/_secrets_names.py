@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Iterable
 
-__all__ = ["is_secret_env_name"]
+__all__ = ["declare_secret_env_names", "is_secret_env_name"]
 
 _STRONG_NAME = re.compile(
     r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|PRIVATE|API_?KEY|ACCESS_?KEY", re.IGNORECASE
@@ -26,6 +27,13 @@ _NOT_SECRET_NAMES = (
     "*KEYRING_BACKEND",
 )
 _ALWAYS_SECRET_NAMES = frozenset({"OPENAI_API_KEY"})
+_DECLARED_NAMES: set[str] = set()
+
+
+def declare_secret_env_names(names: Iterable[str]) -> None:
+    """Count these variables as secrets from now on in this process, whatever their names:
+    a grant that reads a credential from the environment (`headers_from_env`) says so."""
+    _DECLARED_NAMES.update(name.upper() for name in names)
 
 
 def is_secret_env_name(name: str) -> bool:
@@ -37,7 +45,7 @@ def is_secret_env_name(name: str) -> bool:
     `KEYBOARD...`; see `_NOT_SECRET_NAMES`). Matching is case-insensitive.
     """
     upper = name.upper()
-    if upper in _ALWAYS_SECRET_NAMES or _STRONG_NAME.search(upper):
+    if upper in _ALWAYS_SECRET_NAMES or upper in _DECLARED_NAMES or _STRONG_NAME.search(upper):
         return True
     if not _WEAK_NAME.search(upper):
         return False

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Set
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel, ValidationError
@@ -13,7 +15,7 @@ from engine.diagnostics import NodePath, did_you_mean
 from engine.model import AgentSpec, Plan
 from engine.templating import find_templates
 
-__all__ = ["check_action", "check_grants"]
+__all__ = ["bind_grants", "check_action", "check_grants"]
 
 
 def check_grants(report: Report, registry: Registry, plan: Plan) -> set[str]:
@@ -60,6 +62,19 @@ def check_grants(report: Report, registry: Registry, plan: Plan) -> set[str]:
     return granted
 
 
+def bind_grants(
+    report: Report, registry: Registry, plan: Plan, granted: set[str], base_dir: Path
+) -> tuple[Registry, set[str]]:
+    """The registry with the actions the granted families discover (an MCP server's tools),
+    and the families whose discovery failed, each failure reported where its grant says."""
+    grants = {name: plan.capabilities[name] for name in granted}
+    bound, failures = registry.bind_all(grants, base_dir)
+    for failure in failures:
+        for path, message, hint in failure.problems:
+            report(("capabilities", failure.family, *path), failure.code, message, hint)
+    return bound, {failure.family for failure in failures}
+
+
 def check_action(
     report: Report,
     registry: Registry,
@@ -68,34 +83,64 @@ def check_action(
     params: dict[str, Any],
     granted: set[str],
     agent: AgentSpec | None,
+    unavailable: Set[str] = frozenset(),
 ) -> None:
-    """Check the tool a step (or its fallback) calls and its params, or an agent's tools."""
+    """Check the tool a step (or its fallback) calls and its params, or an agent's tools.
+
+    `unavailable`: granted families whose discovery failed; their tools are not checked.
+    """
     if agent is not None:
         for index, name in enumerate(agent.tools):
-            _tool(report, registry, (*path, "agent", "tools", index), name, granted)
+            _tool(report, registry, (*path, "agent", "tools", index), name, granted, unavailable)
         return
     if tool is None:
         return
-    action = _tool(report, registry, (*path, "tool"), tool, granted)
+    action = _tool(report, registry, (*path, "tool"), tool, granted, unavailable)
     if action is not None:
         _params(report, path, tool, action.params_model, params)
 
 
-def _tool(report: Report, registry: Registry, path: NodePath, tool: str, granted: set[str]) -> Any:
-    """The action named `tool`, reporting it when unknown or not granted."""
+def _tool(
+    report: Report,
+    registry: Registry,
+    path: NodePath,
+    tool: str,
+    granted: set[str],
+    unavailable: Set[str],
+) -> Any:
+    """The action named `tool`, reporting it when unknown or not granted.
+
+    Nothing is said of the tools of a family whose discovery failed (that failure is
+    reported at its grant): nothing is known about them.
+    """
     action = registry.get(tool)
+    family = tool.split(".", 1)[0]
+    if action is None and family in unavailable:
+        return None
+    if action is None and tool in registry.withheld:
+        report(path, "not-granted", registry.withheld[tool], "add it to the grant's tools globs")
+        return None
+    known = registry.families.get(family)
+    discovers = known is not None and known.discovery is not None
+    if action is None and discovers and family not in granted:
+        _not_granted(report, path, tool, family)
+        return None
     if action is None:
         hint = registry.suggest(tool) or "run 'planloom tools' to list the actions"
         report(path, "unknown-tool", f"unknown tool '{tool}'", hint)
         return None
     if action.family not in granted:
-        report(
-            path,
-            "not-granted",
-            f"'{tool}' needs the '{action.family}' capability, which this recipe does not grant",
-            f"add it under 'capabilities:', e.g. capabilities: {{{action.family}: {{}}}}",
-        )
+        _not_granted(report, path, tool, action.family)
     return action
+
+
+def _not_granted(report: Report, path: NodePath, tool: str, family: str) -> None:
+    report(
+        path,
+        "not-granted",
+        f"'{tool}' needs the '{family}' capability, which this recipe does not grant",
+        f"add it under 'capabilities:', e.g. capabilities: {{{family}: {{}}}}",
+    )
 
 
 def _params(
@@ -105,8 +150,10 @@ def _params(
     try:
         model.model_validate(params)
     except ValidationError as exc:
+        schema = model.model_json_schema()
+        required = set(schema.get("required", []))
         accepted = ", ".join(
-            f"{name}{'' if f.is_required() else '?'}" for name, f in model.model_fields.items()
+            f"{name}{'' if name in required else '?'}" for name in schema.get("properties", {})
         )
         for error in exc.errors(include_url=False):
             loc = tuple(error["loc"])
@@ -117,7 +164,8 @@ def _params(
                     (*path, "params", *loc),
                     "bad-params",
                     f"{tool} has no param '{loc[-1]}'",
-                    did_you_mean(str(loc[-1]), model.model_fields) or f"{tool} takes: {accepted}",
+                    did_you_mean(str(loc[-1]), schema.get("properties", {}))
+                    or f"{tool} takes: {accepted}",
                     key=True,
                 )
             elif error["type"] == "missing":

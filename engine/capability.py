@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Generic, TypeVar
@@ -18,6 +19,15 @@ from typing import Any, Generic, TypeVar
 from pydantic import BaseModel, ConfigDict, create_model
 
 from engine.diagnostics import did_you_mean
+from engine.discovery import (
+    Bound,
+    Discovery,
+    DiscoveryFailed,
+    Listings,
+    LiveListings,
+    grant_key,
+    run_blocking,
+)
 from engine.errors import UsageError
 
 __all__ = [
@@ -64,6 +74,8 @@ class CallContext:
         data_literals: the string literals the author wrote inside those templates (`'-l'`
             in `${{ ['wc', '-l'] + files }}`): a value under a data path that equals one of
             them is the author's text, not data.
+        scope: what the family's `Family.scope` yielded for this run (the `mcp` family:
+            its connections to the servers), or None.
     """
 
     grant: BaseModel
@@ -74,6 +86,12 @@ class CallContext:
     llm: Any = None
     data_paths: frozenset[ParamPath] = frozenset()
     data_literals: frozenset[str] = frozenset()
+    scope: Any = None
+
+
+RunScope = Callable[[BaseModel, Path], AbstractAsyncContextManager[Any]]
+"""`scope(grant, base_dir)`: state a family keeps for one run, entered when the run starts
+and left when it ends, whatever happens (the `mcp` family's server connections)."""
 
 
 @dataclass(frozen=True)
@@ -84,6 +102,8 @@ class Family:
     the family's calls, layer → "active" or "unavailable: why" (`planloom tools`).
     `for_agents` is false for families that stand for the model or the person themselves
     (`llm`, `human`): a model is not handed their tools unless a recipe lists them.
+    `discovery`, when given, finds the family's actions from its grant at validation time
+    (`engine.discovery`); `scope` is per-run state its actions get as `CallContext.scope`.
     """
 
     name: str
@@ -91,6 +111,8 @@ class Family:
     grant_model: type[BaseModel] = EmptyGrant
     confinement: Callable[[], dict[str, str]] | None = None
     for_agents: bool = True
+    discovery: Discovery | None = None
+    scope: RunScope | None = None
 
 
 @dataclass(frozen=True)
@@ -98,6 +120,7 @@ class ToolEntry:
     """One action as catalogues show it (`planloom tools`, the planner's prompt, agents).
 
     `side_effects` is None when the action decides per call (e.g. HTTP GET vs POST).
+    `details` are the action's `Action.details` (an MCP tool's server and name).
     """
 
     name: str
@@ -105,6 +128,7 @@ class ToolEntry:
     description: str
     side_effects: bool | None
     params: dict[str, Any]
+    details: Mapping[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -124,6 +148,9 @@ class Action(Generic[P]):
         recorded: whether a cassette records the call's result. False for actions whose own
             inputs are recorded instead (a model's answers, a person's), so that on replay
             the action runs again over the replayed inputs.
+        gate_note: a line the confirmation gate shows besides "has side effects" (an MCP
+            tool its server marks destructive).
+        details: facts for catalogues (`planloom tools`), e.g. an MCP tool's server.
     """
 
     name: str
@@ -134,6 +161,8 @@ class Action(Generic[P]):
     side_effects: bool | Callable[[P], bool] = True
     interruptible: bool = True
     recorded: bool = True
+    gate_note: str | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
     family: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -147,10 +176,18 @@ class Action(Generic[P]):
 
 @dataclass
 class Registry:
-    """The families and actions a run can use."""
+    """The families and actions a run can use.
+
+    `bind(grants, base_dir)` adds the actions that discovering families find for a plan's
+    grants (see `engine.discovery`); `listings` says where their listings come from, and
+    `withheld` names actions a grant leaves out, with why.
+    """
 
     families: dict[str, Family] = field(default_factory=dict)
     actions: dict[str, Action[Any]] = field(default_factory=dict)
+    listings: Listings = field(default_factory=LiveListings)
+    withheld: dict[str, str] = field(default_factory=dict)
+    _bound: dict[tuple[str, str, str], Bound] = field(default_factory=dict, repr=False)
 
     def add_family(self, family: Family) -> None:
         self.families[family.name] = family
@@ -168,6 +205,77 @@ class Registry:
     def get(self, name: str) -> Action[Any] | None:
         return self.actions.get(name)
 
+    def with_listings(self, listings: Listings) -> Registry:
+        """This registry with listings from `listings` (a cassette's), nothing bound yet."""
+        return Registry(dict(self.families), dict(self.actions), listings)
+
+    def bind(self, grants: Mapping[str, Any], base_dir: Path) -> Registry:
+        """This registry plus the actions the granted families discover for `grants`.
+
+        Raises:
+            DiscoveryFailed: a family could not list what its grant names.
+        """
+        bound, failures = self.bind_all(grants, base_dir)
+        if failures:
+            raise failures[0]
+        return bound
+
+    def bind_all(
+        self, grants: Mapping[str, Any], base_dir: Path
+    ) -> tuple[Registry, list[DiscoveryFailed]]:
+        """`bind`, going on past families that fail: the registry and the failures.
+
+        Grants that do not validate are left out (validation reports them).
+        """
+        wanted: dict[tuple[str, str, str], tuple[Family, BaseModel]] = {}
+        for name, raw in grants.items():
+            family = self.families.get(name)
+            if family is None or family.discovery is None:
+                continue
+            try:
+                grant = family.grant_model.model_validate(raw or {})
+            except ValueError:
+                continue
+            wanted[(name, grant_key(grant), str(base_dir))] = (family, grant)
+        if not wanted:
+            return self, []
+        missing = {key: value for key, value in wanted.items() if key not in self._bound}
+        failures = run_blocking(self._discover(missing, base_dir)) if missing else []
+        bound = Registry(
+            self.families, dict(self.actions), self.listings, dict(self.withheld), self._bound
+        )
+        for key in wanted:
+            found = self._bound.get(key)
+            if found is not None:
+                bound.actions.update((action.name, action) for action in found.actions)
+                bound.withheld.update(found.withheld)
+        return bound, failures
+
+    async def _discover(
+        self, wanted: dict[tuple[str, str, str], tuple[Family, BaseModel]], base_dir: Path
+    ) -> list[DiscoveryFailed]:
+        async def one(key: tuple[str, str, str], family: Family, grant: BaseModel) -> None:
+            discovery = family.discovery
+            assert discovery is not None
+
+            def live() -> Awaitable[dict[str, Any]]:
+                return discovery.listing(grant, base_dir)
+
+            listing = await self.listings.listing(family.name, key[1], live)
+            self._bound[key] = discovery.bind(grant, base_dir, listing)
+
+        outcomes = await asyncio.gather(
+            *(one(key, family, grant) for key, (family, grant) in wanted.items()),
+            return_exceptions=True,
+        )
+        failures: list[DiscoveryFailed] = []
+        for outcome in outcomes:
+            if isinstance(outcome, DiscoveryFailed):
+                failures.append(outcome)
+            elif isinstance(outcome, BaseException):
+                raise outcome
+        return failures
+
     def catalogue(self, granted: Iterable[str] | None = None) -> list[ToolEntry]:
         """The actions (of the `granted` families, or all), by name, with params schemas."""
         families = set(self.families if granted is None else granted)
@@ -178,6 +286,7 @@ class Registry:
                 action.description,
                 action.side_effects if isinstance(action.side_effects, bool) else None,
                 action.params_model.model_json_schema(),
+                action.details,
             )
             for name, action in sorted(self.actions.items())
             if action.family in families

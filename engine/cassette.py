@@ -173,6 +173,15 @@ class Answer(_Entry):
     answer: Any = None
 
 
+class ToolListing(_Entry):
+    """What a discovering family found for one grant (an MCP server's tools), so a replay
+    validates the recipe without starting any server."""
+
+    family: str
+    grant: str = Field(description="The grant, as canonical JSON.")
+    listing: dict[str, Any]
+
+
 class Cassette(_Entry):
     """A recorded run (`planloom_cassette: 1`)."""
 
@@ -189,6 +198,7 @@ class Cassette(_Entry):
     tools: list[ToolResult] = []
     approvals: list[Approval] = []
     answers: list[Answer] = []
+    listings: list[ToolListing] = []
 
     @classmethod
     def load(cls, path: str | Path) -> Cassette:
@@ -259,6 +269,9 @@ class Cassette(_Entry):
             _compact(e)
             for e in sorted(data["answers"], key=lambda e: (e["step"], e["key"], e["ordinal"]))
         ]
+        data["listings"] = sorted(data["listings"], key=lambda e: (e["family"], e["grant"]))
+        if not data["listings"]:
+            del data["listings"]  # only recipes whose tools are discovered (MCP) have any
         data = {k: v for k, v in data.items() if v is not None}
         text = _yaml_text(_blocks(data))
         if YAML(typ="safe", pure=False).load(text) != data:  # a block scalar went wrong

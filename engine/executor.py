@@ -10,6 +10,7 @@ in-flight steps as `cancelled` (their children are killed by the capabilities), 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -102,6 +103,7 @@ class Executor:
         if self.events.redact is None:
             self.events.redact = self.secrets.redact_value
         approver = approver or FailClosed()
+        registry = registry.bind(plan.capabilities, base_dir)
         self.gatekeeper = Gatekeeper(
             approver, redact=self.secrets.redact_value, on_quit=self.cancel
         )
@@ -155,7 +157,18 @@ class Executor:
         per-step cost (see `engine._gc.heap_frozen`).
         """
         with heap_frozen():
-            return await self._run()
+            async with contextlib.AsyncExitStack() as scopes:
+                await self._enter_scopes(scopes)
+                return await self._run()
+
+    async def _enter_scopes(self, stack: contextlib.AsyncExitStack) -> None:
+        """Enter each granted family's per-run state (`Family.scope`); left when the run
+        ends, however it ends (the `mcp` family stops its servers there)."""
+        for name, grant in self.sandbox.granted().items():
+            family = self.registry.families[name]
+            if family.scope is not None:
+                scope = family.scope(grant, self.sandbox.base_dir)
+                self.sandbox.scopes[name] = await stack.enter_async_context(scope)
 
     async def _run(self) -> RunResult:
         started = time.monotonic()

@@ -30,6 +30,7 @@ from engine._scope import PLAN_REVIEW, PLANNER, current_scope, enter_scope
 from engine._secrets import Secrets
 from engine._tape_answers import TapeAnswers
 from engine._tape_decisions import TapeDecisions
+from engine._tape_listings import TapeListings
 from engine._tape_results import TapeResults
 from engine.approval import Approver, GateRequest
 from engine.cassette import (
@@ -106,6 +107,7 @@ class Tape:
         self.answers = TapeAnswers(self)
         self.results = TapeResults(self)
         self.decisions = TapeDecisions(self)
+        self.listings = TapeListings(self)
 
     @property
     def replaying(self) -> bool:
@@ -194,6 +196,7 @@ class Tape:
                     "tools": [*self.recorded.tools, *cassette.tools],
                     "approvals": [*kept, *cassette.approvals],
                     "answers": [*self.recorded.answers, *cassette.answers],
+                    "listings": [*self.recorded.listings, *cassette.listings],
                 }
             )
         cassette = cassette.model_copy(

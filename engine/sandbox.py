@@ -115,6 +115,7 @@ class Sandbox:
     llm: Any = None
     dry_run: bool = False
     results: Results = field(default_factory=LiveResults)
+    scopes: dict[str, Any] = field(default_factory=dict)
     calls: int = 0
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
 
@@ -125,8 +126,14 @@ class Sandbox:
                 raise UsageError(f"grant for unknown capability {family_name!r}")
             self._grants[family_name] = family.grant_model.model_validate(raw or {})
 
+    def granted(self) -> dict[str, BaseModel]:
+        """The recipe's grants, validated: family name → its grant model."""
+        return dict(self._grants)
+
     def action(self, name: str) -> Action[Any]:
         action = self.registry.get(name)
+        if action is None and name in self.registry.withheld:
+            raise CapabilityDenied(self.registry.withheld[name], rule="not-granted")
         if action is None:
             hint = self.registry.suggest(name)
             raise CapabilityDenied(
@@ -175,7 +182,7 @@ class Sandbox:
                     step_id,
                     name,
                     params,
-                    _gate_reason(side_effects),
+                    _gate_reason(side_effects, action.gate_note),
                     _checker(action),
                     replayed=replayed,
                 )
@@ -198,6 +205,7 @@ class Sandbox:
             llm=self.llm,
             data_paths=data_paths,
             data_literals=data_literals,
+            scope=self.scopes.get(action.family),
         )
         events = self.events
         if events is not None:
@@ -320,8 +328,9 @@ def _value_at(tree: Any, path: ParamPath) -> Any:
     return tree
 
 
-def _gate_reason(side_effects: bool) -> str:
-    return "has side effects" if side_effects else "confirm: always"
+def _gate_reason(side_effects: bool, note: str | None) -> str:
+    reason = "has side effects" if side_effects else "confirm: always"
+    return f"{reason}; {note}" if note else reason
 
 
 def _rule(error: StepError) -> str:

@@ -294,7 +294,7 @@ def replay(
     """
     import warnings
 
-    from engine.app.launch import RunSettings, run_session
+    from engine.app.launch import RunSettings, recorded_registry, run_session
     from engine.app.registry import build_registry
     from engine.cassette import Cassette
     from engine.inputs import input_text
@@ -321,6 +321,7 @@ def replay(
             "--planloom-record-mode=once, @pytest.mark.planloom(record_mode='once'), or "
             "replay(..., mode='once')"
         )
+    registry, tape = recorded_registry(settings, registry)
     start: Plan | str
     if recipe is not None:
         start, _ = load_recipe(recipe, registry)
@@ -338,7 +339,7 @@ def replay(
             f"cassette {ref.path} does not exist and no recipe was given to record it: pass "
             "the recipe (and a recording mode such as 'once')"
         )
-    result = run_session(settings, registry, start, base, base_dir).result
+    result = run_session(settings, registry, start, base, base_dir, tape).result
     report = result.replay
     if report is not None and report.unused:
         warnings.warn(

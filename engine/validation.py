@@ -15,7 +15,7 @@ import networkx as nx
 from pydantic import BaseModel, ValidationError
 
 from engine._gc import collector_paused
-from engine._validation_actions import check_action, check_grants
+from engine._validation_actions import bind_grants, check_action, check_grants
 from engine._validation_graph import check_cycles, check_depends_on, step_ids
 from engine._validation_keys import SECTIONS, without_unknown_keys
 from engine._validation_pydantic import report_model_errors
@@ -47,7 +47,7 @@ def validate_plan(
     Raises:
         PlanValidationError: with every problem found, sorted by position.
     """
-    checker = _Checker(source, registry)
+    checker = _Checker(source, registry, base_dir if base_dir is not None else Path.cwd())
     checker.report.problems.extend(source.problems)
     with collector_paused():
         plan = checker.check(data, require_version=require_version)
@@ -69,10 +69,11 @@ def _unique(problems: list[Diagnostic]) -> list[Diagnostic]:
 
 
 class _Checker:
-    def __init__(self, source: SourceMap, registry: Registry) -> None:
+    def __init__(self, source: SourceMap, registry: Registry, base_dir: Path) -> None:
         self.raw_ids: dict[str, set[str]] = {}
         self.graphs: dict[str, nx.DiGraph[str]] = {}
         self.registry = registry
+        self.base_dir = base_dir
         self.report = Report(source)
 
     # -- structure -----------------------------------------------------------------------
@@ -136,9 +137,10 @@ class _Checker:
     def _semantics(
         self, plan: Plan, data: dict[str, Any], steps: list[tuple[NodePath, Step]]
     ) -> None:
-        report, registry = self.report, self.registry
+        report = self.report
         self._inputs(plan)
-        granted = check_grants(report, registry, plan)
+        granted = check_grants(report, self.registry, plan)
+        registry, unavailable = bind_grants(report, self.registry, plan, granted, self.base_dir)
         # with a goal and no steps, the LLM planner writes them
         if not steps and not plan.steps and "steps" not in data and not plan.goal:
             report(
@@ -154,12 +156,21 @@ class _Checker:
             s.id for p, s in steps if p[0] == "finally"
         }
         for path, step in steps:
-            check_action(report, registry, path, step.tool, step.params, granted, step.agent)
+            check_action(
+                report, registry, path, step.tool, step.params, granted, step.agent, unavailable
+            )
             check_step_shape(report, path, step)
             if isinstance(step.fallback, FallbackAction):
                 fb = step.fallback
                 check_action(
-                    report, registry, (*path, "fallback"), fb.tool, fb.params, granted, fb.agent
+                    report,
+                    registry,
+                    (*path, "fallback"),
+                    fb.tool,
+                    fb.params,
+                    granted,
+                    fb.agent,
+                    unavailable,
                 )
             visible = main_ids if path[0] == "steps" else main_ids | final_ids
             later = final_ids if path[0] == "steps" else set()

@@ -25,7 +25,7 @@ from engine.session import Session, SessionOptions, SessionResult
 from planners.llm import LLMPlanner
 from planners.react import ReactAgent
 
-__all__ = ["RunSettings", "launch", "open_tape", "run_session"]
+__all__ = ["RunSettings", "launch", "open_tape", "recorded_registry", "run_session"]
 
 
 @dataclass(frozen=True)
@@ -63,10 +63,15 @@ def launch(
     start: Plan | str,
     base: dict[str, Any],
     base_dir: Path,
+    tape: Tape | None = None,
 ) -> int:
-    """Run the session, print its result, and return the exit code."""
+    """Run the session, print its result, and return the exit code.
+
+    `tape`: the cassette of the settings, when the caller opened it already (to validate
+    the recipe against its tool listings).
+    """
     try:
-        outcome = run_session(settings, registry, start, base, base_dir)
+        outcome = run_session(settings, registry, start, base, base_dir, tape)
     except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
         sys.stderr.write("\ninterrupted: stopped at once\n")
         if settings.json:
@@ -89,9 +94,13 @@ def run_session(
     start: Plan | str,
     base: dict[str, Any],
     base_dir: Path,
+    tape: Tape | None = None,
 ) -> SessionResult:
     """The session the settings describe, run to its end."""
-    tape = open_tape(settings)
+    if tape is None:
+        tape = open_tape(settings)
+    if tape is not None and registry.listings is not tape.listings:
+        registry = registry.with_listings(tape.listings)
     options = SessionOptions(
         dry_run=settings.dry_run, model=settings.model, base_url=settings.base_url
     )
@@ -123,6 +132,15 @@ def run_session(
     finally:
         if log_stream is not None:
             log_stream.close()
+
+
+def recorded_registry(settings: RunSettings, registry: Registry) -> tuple[Registry, Tape | None]:
+    """The cassette of `--record` / `--replay`, and the registry whose tool listings (the
+    MCP servers' tools) it records or serves: open it before the recipe is validated."""
+    tape = open_tape(settings)
+    if tape is None:
+        return registry, None
+    return registry.with_listings(tape.listings), tape
 
 
 def open_tape(settings: RunSettings) -> Tape | None:

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine.app.launch import RunSettings, launch
+from engine.app.launch import RunSettings, launch, recorded_registry
 from engine.app.output import EXIT_INVALID, invalid, print_json
 from engine.capability import Registry
 from engine.cassette import Cassette
@@ -38,9 +38,10 @@ def add(sub: Any) -> None:
 def main(args: argparse.Namespace, registry: Registry) -> int:
     cassette = Cassette.load(args.cassette)
     settings = RunSettings.from_args(args, replay=args.cassette, record_mode="none")
+    registry, tape = recorded_registry(settings, registry)
     base_dir = Path(args.cassette).resolve().parent
     if cassette.goal is not None:
-        return launch(settings, registry, cassette.goal, cassette.base or {}, base_dir)
+        return launch(settings, registry, cassette.goal, cassette.base or {}, base_dir, tape)
     try:
         plan = plan_from_cassette(cassette, args.cassette, registry, base_dir)
     except PlanValidationError as exc:
@@ -49,4 +50,4 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         if args.json:
             print_json(invalid([d.model_dump() for d in exc.diagnostics]))
         return EXIT_INVALID
-    return launch(settings, registry, plan, plan.to_data(), base_dir)
+    return launch(settings, registry, plan, plan.to_data(), base_dir, tape)

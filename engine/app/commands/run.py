@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from engine.app.flags import run_flags
-from engine.app.launch import RunSettings, launch
+from engine.app.launch import RunSettings, launch, recorded_registry
 from engine.app.output import load
 from engine.capability import Registry
 
@@ -21,8 +21,10 @@ def add(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:
+    settings = RunSettings.from_args(args)
+    registry, tape = recorded_registry(settings, registry)
     loaded = load(args.recipe, registry, as_json=args.json, wrap=True)
     if isinstance(loaded, int):
         return loaded
     base_dir = Path(args.recipe).resolve().parent
-    return launch(RunSettings.from_args(args), registry, loaded, loaded.to_data(), base_dir)
+    return launch(settings, registry, loaded, loaded.to_data(), base_dir, tape)

@@ -4,9 +4,10 @@ confinement layers."""
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
-from engine.app.output import EXIT_OK, print_json
+from engine.app.output import EXIT_OK, load, print_json
 from engine.capability import Registry
 
 NAME = "tools"
@@ -14,10 +15,21 @@ NAME = "tools"
 
 def add(sub: Any) -> None:
     tools = sub.add_parser("tools", help="list the actions steps can use")
+    tools.add_argument(
+        "recipe",
+        nargs="?",
+        help="also list the tools of the MCP servers this recipe grants (they are started "
+        "and asked)",
+    )
     tools.add_argument("--json", action="store_true", help="as JSON, with params schemas")
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:
+    if args.recipe is not None:
+        loaded = load(args.recipe, registry, as_json=args.json)
+        if isinstance(loaded, int):
+            return loaded
+        registry = registry.bind(loaded.capabilities, Path(args.recipe).resolve().parent)
     layers = {
         name: family.confinement() if family.confinement is not None else {}
         for name, family in registry.families.items()
@@ -25,6 +37,8 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     rows: list[dict[str, Any]] = [
         {
             "name": tool.name,
+            "family": tool.family,
+            **tool.details,
             "description": tool.description,
             "side_effects": "per call" if tool.side_effects is None else tool.side_effects,
             "params": tool.params,

@@ -1,0 +1,167 @@
+"""The `mcp` grant: the servers a recipe names, how each is reached, and which tools it allows.
+
+A server is a stdio program (`command`, run confined like `shell.run`) or a streamable-HTTP
+endpoint (`url`); its `tools` globs are the only tools a recipe or a model may call.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+
+from capabilities._net import canonical_host, parse_url
+from engine._secrets import declare_secret_env_names
+
+__all__ = [
+    "FAMILY",
+    "HttpServer",
+    "McpGrant",
+    "McpResult",
+    "Server",
+    "StdioServer",
+    "is_loopback_host",
+]
+
+FAMILY = "mcp"
+SERVER_NAME = r"^[a-z0-9][a-z0-9_-]*$"
+
+
+class _Server(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    tools: list[str] = Field(
+        min_length=1,
+        description="Tool-name globs (`search`, `list_*`, `*`); the only tools that may be "
+        "called. Required: a server's tools are not granted by default.",
+    )
+    startup_timeout: float = Field(
+        20.0, gt=0, le=600, description="Seconds to start (or reach) the server and list tools."
+    )
+
+
+class StdioServer(_Server):
+    """A server run as a confined program that speaks MCP on its stdin and stdout."""
+
+    kind: Literal["stdio"] = Field("stdio", exclude=True)
+    command: list[str] = Field(
+        min_length=1,
+        description="argv, no shell. The program is a name looked up in planloom's own bin "
+        "folder and then /usr/local/bin:/usr/bin:/bin, or a path relative to the recipe folder.",
+    )
+    cwd: str = Field(
+        ".", description="The server's folder, relative to the recipe's; its only writable one."
+    )
+    env: dict[str, str] = Field(
+        default_factory=dict, description="Variables added to its scrubbed environment."
+    )
+    network: bool = Field(False, description="Whether the server may use the network.")
+    read_paths: list[str] = Field(
+        default_factory=list,
+        description="More folders it may read, relative to the recipe folder.",
+    )
+    protected: list[str] = Field(
+        default_factory=list,
+        description="Protected entries under cwd (.git, .env*) it may write, as globs.",
+    )
+    max_memory: int = Field(default=2 << 30, ge=64 << 20)
+    max_file_size: int = Field(default=1 << 30, ge=0)
+    max_processes: int = Field(default=256, ge=2)
+
+    @field_validator("command")
+    @classmethod
+    def _no_empty_program(cls, command: list[str]) -> list[str]:
+        if not command[0].strip() or any("\0" in arg for arg in command):
+            raise ValueError("the program (command[0]) is empty or an argument holds a NUL")
+        return command
+
+
+class HttpServer(_Server):
+    """A server reached over streamable HTTP; plain http only on loopback."""
+
+    kind: Literal["http"] = Field("http", exclude=True)
+    url: str = Field(description="The MCP endpoint; https, or http on 127.0.0.1/::1/localhost.")
+    headers_from_env: dict[str, str] = Field(
+        default_factory=dict,
+        description="Header name → environment variable holding its value (a secret).",
+    )
+
+    @field_validator("url")
+    @classmethod
+    def _checked_url(cls, text: str) -> str:
+        try:
+            url = parse_url(text)
+        except ValueError as exc:
+            raise ValueError(f"invalid URL: {exc}") from None
+        if url.userinfo:
+            raise ValueError("credentials in the URL are refused; use headers_from_env")
+        host = url.raw_host.decode("ascii")
+        if url.scheme == "http" and not is_loopback_host(host):
+            raise ValueError(
+                "plain http is allowed only on loopback (127.0.0.1, ::1, localhost); "
+                "use https for any other host"
+            )
+        if url.scheme not in ("http", "https"):
+            raise ValueError(f"scheme {url.scheme!r} is not allowed; use https")
+        return text
+
+    @field_validator("headers_from_env")
+    @classmethod
+    def _declared_secret(cls, headers: dict[str, str]) -> dict[str, str]:
+        declare_secret_env_names(headers.values())
+        return headers
+
+
+def _kind(value: Any) -> str | None:
+    if isinstance(value, BaseModel):
+        return getattr(value, "kind", None)
+    if not isinstance(value, dict):
+        return None
+    has_command, has_url = "command" in value, "url" in value
+    if has_command == has_url:
+        return None
+    return "stdio" if has_command else "http"
+
+
+Server = Annotated[
+    Annotated[StdioServer, Tag("stdio")] | Annotated[HttpServer, Tag("http")],
+    Discriminator(
+        _kind,
+        custom_error_type="mcp_server_kind",
+        custom_error_message="a server has exactly one of 'command' (a stdio program) or "
+        "'url' (a streamable-HTTP endpoint)",
+    ),
+]
+
+
+class McpGrant(BaseModel):
+    """`capabilities: mcp: {servers: {NAME: {...}}}`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    servers: dict[Annotated[str, Field(pattern=SERVER_NAME, max_length=64)], Server] = Field(
+        min_length=1
+    )
+
+
+class McpResult(BaseModel):
+    """A tool call's result: its content blocks, its structured output, whether it failed."""
+
+    content: list[dict[str, Any]]
+    structured: dict[str, Any] | None = None
+    is_error: bool = False
+
+
+def is_loopback_host(host: str) -> bool:
+    """Whether a URL's host names this machine: `localhost`, or a loopback address."""
+    try:
+        name = canonical_host(host)
+    except ValueError:
+        return False
+    if name == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(name.strip("[]")).is_loopback
+    except ValueError:
+        return False

@@ -1,0 +1,312 @@
+"""Connecting to MCP servers: start or reach one, list its tools, and keep one session per run.
+
+A stdio server's program is resolved (planloom's own bin folder first, so `python3` is the
+interpreter planloom runs on; then a fixed safe PATH; or a path relative to the recipe
+folder) and started confined by `_mcp_stdio.ConfinedStdio`. An HTTP server is reached
+through a client pinned to its checked address (`_mcp_http`). Both speak MCP through the
+SDK's `mcp.Client`.
+
+`Servers` is the family's per-run state: the first call to a server connects to it, later
+calls reuse that session, and the run's end stops every server with its process tree. A
+session lives in a task of its own (the SDK's transports must be left by the task that
+entered them), so calls from any step share it. A server that died is started again by the
+next call to it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from capabilities._mcp_http import checked_client
+from capabilities._mcp_models import FAMILY, McpGrant, Server, StdioServer
+from capabilities._mcp_stdio import ConfinedStdio, StdioLaunch
+from capabilities._shell_env import is_refused_env
+from capabilities._shell_paths import SAFE_PATH
+from engine.errors import CapabilityDenied, ConfigurationError, StepFailed
+
+__all__ = ["Connection", "Servers", "list_tools", "session"]
+
+_CLIENT = mcp_types.Implementation(name="planloom", version="0.1.0")
+_MAX_TOOLS = 1000
+_STOP_GRACE = 10.0  # seconds a session may take to wind down
+_FAILURE_POLLS, _FAILURE_POLL = 20, 0.025  # how long to wait for a dead server's exit report
+
+
+def _bin_path() -> str:
+    return f"{os.path.dirname(os.path.abspath(sys.executable))}:{SAFE_PATH}"
+
+
+def _program(command: str, base_dir: Path, name: str) -> str:
+    """The program's absolute path (not resolved through symlinks: a venv's python must
+    stay the venv's, to find its packages).
+
+    Raises:
+        ConfigurationError: not found, or not an executable file.
+    """
+    if "/" in command:
+        path = os.path.normpath(os.path.join(base_dir, command))
+        candidates = [path]
+    else:
+        candidates = [os.path.join(folder, command) for folder in _bin_path().split(":")]
+    for path in candidates:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    where = f"at {candidates[0]}" if "/" in command else f"in planloom's bin folder or {SAFE_PATH}"
+    raise ConfigurationError(
+        f"MCP server '{name}': program {command!r} is not an executable file {where}"
+    )
+
+
+def stdio_launch(name: str, spec: StdioServer, base_dir: Path) -> StdioLaunch:
+    """How to start a stdio server, checked.
+
+    Raises:
+        ConfigurationError: a missing program or folder, or a refused variable.
+    """
+    cwd = os.path.realpath(os.path.join(base_dir, spec.cwd))
+    if not os.path.isdir(cwd):
+        raise ConfigurationError(f"MCP server '{name}': cwd {spec.cwd!r} is not a folder")
+    refused = sorted(key for key in spec.env if is_refused_env(key))
+    if refused:
+        raise ConfigurationError(
+            f"MCP server '{name}': env names variables that are never passed to programs "
+            f"({', '.join(refused)}): loader, interpreter and shell hooks, search paths and "
+            "secret-looking names; remove them"
+        )
+    program = _program(spec.command[0], base_dir, name)
+    reads = {
+        os.path.realpath(sys.prefix),
+        os.path.realpath(sys.base_prefix),
+        os.path.dirname(program),
+        os.path.dirname(os.path.realpath(program)),
+        *(os.path.realpath(os.path.join(base_dir, extra)) for extra in spec.read_paths),
+    }
+    env = {"PATH": _bin_path(), "HOME": cwd, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    env.update(spec.env)
+    return StdioLaunch(
+        server=name,
+        argv=[program, *spec.command[1:]],
+        cwd=cwd,
+        env=env,
+        network=spec.network,
+        reads=tuple(sorted(reads)),
+        rlimits={
+            "as": spec.max_memory,
+            "fsize": spec.max_file_size,
+            "nproc": spec.max_processes,
+            "core": 0,
+        },
+        max_processes=spec.max_processes,
+        protected=list(spec.protected),
+    )
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A connected client, and (for a stdio server) its process's account of its end."""
+
+    client: Client
+    stdio: ConfinedStdio | None
+
+    async def failure(self) -> str | None:
+        """Why the server is gone, once its launcher has said (waits a moment for it)."""
+        if self.stdio is None:
+            return None
+        for _ in range(_FAILURE_POLLS):
+            why = self.stdio.failure()
+            if why is not None:
+                return why
+            await asyncio.sleep(_FAILURE_POLL)
+        return None
+
+
+@contextlib.asynccontextmanager
+async def session(name: str, spec: Server, base_dir: Path) -> AsyncIterator[Connection]:
+    """A connected, initialised client for one server; leaving it stops the server.
+
+    Raises:
+        ConfigurationError: the server cannot be started or reached, or answers wrongly;
+            the message says which and, for a stdio server, shows its stderr.
+    """
+    stdio: ConfinedStdio | None = None
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            if isinstance(spec, StdioServer):
+                stdio = ConfinedStdio(stdio_launch(name, spec, base_dir))
+                transport: Any = stdio
+            else:
+                http = await checked_client(spec, name, spec.startup_timeout)
+                stack.push_async_callback(http.aclose)
+                transport = streamable_http_client(spec.url, http_client=http)
+            client = Client(transport, client_info=_CLIENT, cache=None)
+            await stack.enter_async_context(client)
+        except ConfigurationError:
+            raise
+        except Exception as exc:  # the SDK's and the transport's many ways to fail
+            raise ConfigurationError(_cannot_start(name, spec, exc, stdio)) from None
+        yield Connection(client, stdio)
+
+
+def _cannot_start(name: str, spec: Server, exc: BaseException, stdio: ConfinedStdio | None) -> str:
+    what = "start" if isinstance(spec, StdioServer) else f"reach {spec.url}"
+    detail = _describe(exc)
+    why = stdio.failure() if stdio is not None else None
+    if why:
+        return f"MCP server '{name}' did not start: {why}"
+    return f"MCP server '{name}': could not {what}: {detail}"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def list_tools(name: str, spec: Server, base_dir: Path) -> list[dict[str, Any]]:
+    """The server's tools (`tools/list`, every page), as JSON.
+
+    Raises:
+        ConfigurationError: it could not be started, reached or listed within
+            `startup_timeout`.
+    """
+    try:
+        with anyio.fail_after(spec.startup_timeout):
+            async with session(name, spec, base_dir) as connection:
+                return await _all_tools(connection.client, name)
+    except TimeoutError:
+        raise ConfigurationError(
+            f"MCP server '{name}' did not answer within startup_timeout "
+            f"({spec.startup_timeout:g} s); raise it in the server's grant if it starts slowly"
+        ) from None
+    except CapabilityDenied as exc:  # it wrote a protected entry while it was listed
+        raise ConfigurationError(f"MCP server '{name}': {exc}") from None
+
+
+async def _all_tools(client: Client, name: str) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools += [_tool_json(tool) for tool in page.tools]
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+        if len(tools) >= _MAX_TOOLS:
+            raise ConfigurationError(f"MCP server '{name}' lists more than {_MAX_TOOLS} tools")
+
+
+def _tool_json(tool: mcp_types.Tool) -> dict[str, Any]:
+    notes = tool.annotations
+    return {
+        "name": tool.name,
+        "title": tool.title or (notes.title if notes is not None else None),
+        "description": tool.description or "",
+        "input_schema": tool.input_schema,
+        "read_only": bool(notes is not None and notes.read_only_hint is True),
+        "destructive": bool(notes is not None and notes.destructive_hint is True),
+    }
+
+
+class _Session:
+    """One server's session, kept by a task of its own until `stop`."""
+
+    def __init__(self, name: str, spec: Server, base_dir: Path) -> None:
+        self.name = name
+        self.startup_timeout = spec.startup_timeout
+        loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[Connection] = loop.create_future()
+        self._stop = asyncio.Event()
+        self.task = asyncio.create_task(self._keep(spec, base_dir), name=f"mcp-{name}")
+
+    async def _keep(self, spec: Server, base_dir: Path) -> None:
+        try:
+            async with session(self.name, spec, base_dir) as connection:
+                self.ready.set_result(connection)
+                await self._stop.wait()
+        except Exception as exc:
+            if not self.ready.done():
+                self.ready.set_exception(exc)
+        except BaseException:
+            if not self.ready.done():
+                self.ready.set_exception(
+                    StepFailed(f"{FAMILY}: the server '{self.name}' was stopped while starting")
+                )
+            raise
+
+    async def stop(self) -> None:
+        self._stop.set()
+        if not self.ready.done():
+            self.task.cancel()
+        with contextlib.suppress(BaseException):
+            await asyncio.wait_for(asyncio.shield(self.task), _STOP_GRACE)
+        if not self.task.done():
+            self.task.cancel()
+
+
+class Servers:
+    """The `mcp` family's state for one run: a session per server, opened on first use."""
+
+    def __init__(self, grant: McpGrant, base_dir: Path) -> None:
+        self.grant = grant
+        self.base_dir = base_dir
+        self._sessions: dict[str, _Session] = {}
+
+    async def __aenter__(self) -> Servers:
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        await asyncio.shield(asyncio.gather(*(s.stop() for s in sessions)))
+
+    async def call(
+        self, server: str, tool: str, arguments: dict[str, Any]
+    ) -> mcp_types.CallToolResult:
+        """Call `tool` on `server`, connecting first if need be.
+
+        Raises:
+            StepFailed: the server could not start, or died or broke off during the call
+                (its next call starts it again).
+        """
+        current = self._sessions.get(server)
+        if current is None or current.task.done():
+            current = _Session(server, self.grant.servers[server], self.base_dir)
+            self._sessions[server] = current
+        try:
+            connection = await asyncio.wait_for(
+                asyncio.shield(current.ready), current.startup_timeout
+            )
+        except TimeoutError:
+            self._forget(server, current)
+            await current.stop()
+            raise StepFailed(
+                f"{FAMILY}.{server}.{tool}: the server did not start within startup_timeout "
+                f"({current.startup_timeout:g} s)"
+            ) from None
+        except ConfigurationError as exc:
+            self._forget(server, current)
+            raise StepFailed(f"{FAMILY}.{server}.{tool}: {exc}") from None
+        try:
+            return await connection.client.call_tool(tool, arguments)
+        except Exception as exc:
+            self._forget(server, current)
+            why = await connection.failure() or _describe(exc)
+            await current.stop()
+            raise StepFailed(
+                f"{FAMILY}.{server}.{tool}: the server broke off the call: {why}"
+            ) from None
+
+    def _forget(self, server: str, which: _Session) -> None:
+        if self._sessions.get(server) is which:
+            del self._sessions[server]

@@ -1,0 +1,215 @@
+"""The `mcp` family: the tools of MCP servers, as actions `mcp.<server>.<tool>`.
+
+A recipe grants servers (`capabilities: mcp: {servers: {...}}`, see `_mcp_models`). When it
+is validated, each server is started (or reached) and asked `tools/list`: the tools its
+`tools` globs allow become actions, with params checked against their `inputSchema`
+(`_mcp_schema`); the others are withheld, and naming one is refused as not granted. A tool
+marked `readOnlyHint: true` is read-only; any other has side effects, so `confirm: auto`
+gates it, and `destructiveHint: true` is said in the gate.
+
+During a run the family's scope (`_mcp_servers.Servers`) connects to a server on its first
+call and stops it, with its whole process tree, when the run ends. Stdio servers run
+confined as `shell.run` children are (namespaces, Landlock: writes only under the server's
+`cwd`, no TCP unless `network: true`; pids cgroup, rlimits); HTTP servers pass the address
+checks of `http.request`. A call's output is `{content, structured, is_error}`; a result
+with `isError` fails the step. The listing is plain JSON, so a cassette records it and a
+replay validates and runs without starting any server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import fnmatch
+import functools
+import re
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel
+
+from capabilities._mcp_models import FAMILY, HttpServer, McpGrant, McpResult, StdioServer
+from capabilities._mcp_schema import SchemaParams, params_model
+from capabilities._mcp_servers import Servers, list_tools
+from capabilities.shell import confinement_report
+from engine._sanitize import cap, neutralize
+from engine.capability import Action, CallContext, Family, Registry
+from engine.discovery import Bound, Discovery, DiscoveryFailed, Listing
+from engine.errors import ConfigurationError, StepFailed
+
+__all__ = ["HttpServer", "McpGrant", "McpResult", "StdioServer", "register"]
+
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}$")
+_MAX_TEXT = 1 << 20  # characters kept of one text block
+_MAX_DESCRIPTION = 300
+
+
+def register(registry: Registry) -> None:
+    """Add the `mcp` family to `registry`; its actions come from each recipe's servers."""
+    registry.add_family(
+        Family(
+            FAMILY,
+            "tools of MCP servers (stdio programs, confined; streamable HTTP)",
+            McpGrant,
+            confinement_report,
+            discovery=Discovery(_listing, _bind),
+            scope=_scope,
+        )
+    )
+
+
+def _grant(grant: BaseModel) -> McpGrant:
+    if isinstance(grant, McpGrant):
+        return grant
+    return McpGrant.model_validate(grant.model_dump())
+
+
+def _scope(grant: BaseModel, base_dir: Path) -> Servers:
+    return Servers(_grant(grant), base_dir)
+
+
+async def _listing(grant: BaseModel, base_dir: Path) -> Listing:
+    """Every granted server's tools, listed at once; each server that fails is a problem."""
+    servers = _grant(grant).servers
+    found = await asyncio.gather(
+        *(list_tools(name, spec, base_dir) for name, spec in servers.items()),
+        return_exceptions=True,
+    )
+    listing: dict[str, Any] = {}
+    problems: list[tuple[tuple[str | int, ...], str, str]] = []
+    for (name, spec), tools in zip(servers.items(), found, strict=True):
+        if isinstance(tools, ConfigurationError):
+            problems.append((("servers", name), str(tools), _start_hint(spec)))
+        elif isinstance(tools, BaseException):
+            raise tools
+        else:
+            listing[name] = {"tools": tools}
+    if problems:
+        raise DiscoveryFailed(FAMILY, problems, code="mcp-server")
+    return {"servers": listing}
+
+
+def _start_hint(spec: StdioServer | HttpServer) -> str:
+    if isinstance(spec, StdioServer):
+        return (
+            "run the command by hand in its cwd to see it start; it must speak MCP on "
+            "stdin/stdout (its stderr is shown above)"
+        )
+    return "check that the server is running and that the URL ends in its MCP path (e.g. /mcp)"
+
+
+def _bind(grant: BaseModel, base_dir: Path, listing: Listing) -> Bound:
+    """The allowed tools as actions; the rest withheld, with why."""
+    servers = _grant(grant).servers
+    actions: list[Action[Any]] = []
+    withheld: dict[str, str] = {}
+    problems: list[tuple[tuple[str | int, ...], str, str]] = []
+    listed = listing.get("servers", {})
+    for server, spec in servers.items():
+        tools = listed.get(server, {}).get("tools")
+        if not isinstance(tools, list):
+            problems.append((("servers", server), f"no tool listing for MCP server '{server}'", ""))
+            continue
+        names = [str(tool.get("name")) for tool in tools if isinstance(tool, dict)]
+        for index, pattern in enumerate(spec.tools):
+            if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
+                problems.append(
+                    (
+                        ("servers", server, "tools", index),
+                        f"'{pattern}' matches none of the tools of MCP server '{server}'",
+                        f"it has: {', '.join(sorted(names)) or '(no tools)'}",
+                    )
+                )
+        for tool in tools:
+            _add_tool(server, spec.tools, tool, actions, withheld)
+    if problems:
+        raise DiscoveryFailed(FAMILY, problems, code="bad-grant")
+    return Bound(actions, withheld)
+
+
+def _add_tool(
+    server: str,
+    globs: list[str],
+    tool: dict[str, Any],
+    actions: list[Action[Any]],
+    withheld: dict[str, str],
+) -> None:
+    tool_name = str(tool.get("name", ""))
+    name = f"{FAMILY}.{server}.{tool_name}"
+    if not _TOOL_NAME.match(tool_name):
+        return  # a name no recipe could write, nor a model be offered
+    if not any(fnmatch.fnmatchcase(tool_name, pattern) for pattern in globs):
+        withheld[name] = (
+            f"'{name}' is a tool of MCP server '{server}' that its grant does not allow "
+            f"(tools: {', '.join(globs)})"
+        )
+        return
+    try:
+        model = params_model(name, dict(tool.get("input_schema") or {"type": "object"}))
+    except ValueError as exc:
+        withheld[name] = f"'{name}' cannot be used: {exc}"
+        return
+    read_only = tool.get("read_only") is True
+    destructive = tool.get("destructive") is True
+    actions.append(
+        Action(
+            name,
+            _description(tool),
+            model,
+            functools.partial(_call, server, tool_name),
+            result_model=McpResult,
+            side_effects=not read_only,
+            gate_note="the server marks this tool destructive" if destructive else None,
+            details={
+                "server": server,
+                "tool": tool_name,
+                "read_only": read_only,
+                "destructive": destructive,
+            },
+        )
+    )
+
+
+def _description(tool: dict[str, Any]) -> str:
+    text = str(tool.get("description") or tool.get("title") or tool.get("name"))
+    line = neutralize(" ".join(text.split()))
+    return line if len(line) <= _MAX_DESCRIPTION else line[: _MAX_DESCRIPTION - 1] + "…"
+
+
+async def _call(server: str, tool: str, params: SchemaParams, ctx: CallContext) -> McpResult:
+    """Call one tool; a result with `isError` fails the step.
+
+    Raises:
+        StepFailed: the tool reported an error, or the server could not start or broke off.
+    """
+    servers = ctx.scope
+    if not isinstance(servers, Servers):
+        raise StepFailed(
+            f"{FAMILY}.{server}.{tool}: MCP tools run within a run (Executor or Session), "
+            "which connects to the servers",
+            step_id=ctx.step_id,
+        )
+    answer = await servers.call(server, tool, params.arguments())
+    content = [
+        _block(block.model_dump(mode="json", by_alias=True, exclude_none=True))
+        for block in answer.content
+    ]
+    result = McpResult(
+        content=content,
+        structured=answer.structured_content,
+        is_error=bool(answer.is_error),
+    )
+    if result.is_error:
+        text = "\n".join(str(b.get("text", "")) for b in content if b.get("type") == "text")
+        raise StepFailed(
+            f"{FAMILY}.{server}.{tool}: the tool reported an error: "
+            f"{text.strip() or '(no message)'}",
+            step_id=ctx.step_id,
+        )
+    return result
+
+
+def _block(block: dict[str, Any]) -> dict[str, Any]:
+    text = block.get("text")
+    if isinstance(text, str) and len(text) > _MAX_TEXT:
+        block["text"], _ = cap(text, _MAX_TEXT)
+    return block

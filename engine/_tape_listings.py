@@ -1,0 +1,55 @@
+"""A cassette's tool listings: what discovering families found (`Registry.listings`).
+
+Recording keeps each live listing (an MCP server's tools, with their schemas); a replay
+serves it, so the recipe validates and its tools are known with no server started. A
+listing the cassette lacks is a mismatch that says to record again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING
+
+from engine.cassette import ToolListing
+from engine.discovery import DiscoveryFailed, Listing
+
+if TYPE_CHECKING:
+    from engine.recording import Tape
+
+__all__ = ["TapeListings"]
+
+
+class TapeListings:
+    """Listings: recorded ones served, live ones recorded (see `Tape`)."""
+
+    def __init__(self, tape: Tape) -> None:
+        self.tape = tape
+        self._recorded = {(e.family, e.grant): e for e in tape.recorded.listings}
+
+    async def listing(
+        self, family: str, key: str, live: Callable[[], Awaitable[Listing]]
+    ) -> Listing:
+        if self.tape.replaying:
+            entry = self.tape.take(self._recorded, (family, key))
+            if entry is not None:
+                return entry.listing
+            if not self.tape.recording:
+                raise DiscoveryFailed(
+                    family,
+                    [
+                        (
+                            (),
+                            f"the cassette {self.tape.path} has no tool listing for this "
+                            f"'{family}' grant (it changed since the recording, or the "
+                            "recording predates it)",
+                            f"record again: planloom run RECIPE --record {self.tape.path}",
+                        )
+                    ],
+                    code="replay-mismatch",
+                )
+        listing = await live()
+        self.tape.secrets.add_environ()  # variables the grant declared secret as it validated
+        self.tape.cassette.listings.append(
+            ToolListing(family=family, grant=key, listing=self.tape.redact(listing))
+        )
+        return listing
