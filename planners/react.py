@@ -83,7 +83,7 @@ class ReactAgent:
                 )
             for name in [n for n, count in failures.items() if count >= MAX_TOOL_FAILURES]:
                 if name in offered:
-                    messages.append(_withdrawn(offered.pop(name)))
+                    messages.append(_withdrawn(offered.pop(name), last=len(offered) == 0))
         raise self._failure(
             task, f"max_iterations ({task.max_iterations}) reached without an answer"
         )
@@ -186,11 +186,19 @@ class ReactAgent:
         return StepFailed("\n".join(lines))
 
 
-def _withdrawn(spec: ToolSpec) -> dict[str, Any]:
+def _withdrawn(spec: ToolSpec, *, last: bool) -> dict[str, Any]:
     text = (
         f"The tool {tool_name_for(spec.action)} failed {MAX_TOOL_FAILURES} times and is no longer "
-        "available. Continue without it."
+        "available. "
     )
+    if last:
+        text += (
+            "Every tool you had has now failed, so none is left: answer now from what you "
+            "have, and say in your answer that the tools failed and what is therefore "
+            "missing or unverified."
+        )
+    else:
+        text += "Continue without it."
     return {"role": "user", "content": text}
 
 

@@ -332,6 +332,22 @@ def test_the_last_tool_withdrawn_leaves_no_tools_offered() -> None:
     assert server.requests[1].tools is None
 
 
+def test_when_every_tool_has_failed_the_model_is_told_to_answer_saying_so() -> None:
+    tools = FakeTools({"fs.read": fail("boom"), "fs.list": fail("gone")})
+    job = task(tools, ("fs.read", "fs.list"))
+    reads = calls(*(call("fs.read", {"path": p}) for p in "abc"))
+    lists = calls(*(call("fs.list", {"path": p}) for p in "abc"))
+    with serve(reads, lists, "from what I have; the tools failed") as server:
+        assert run_agent(server, job) == "from what I have; the tools failed"
+    after_reads = user_texts(server.requests[1])[-1]
+    assert "Continue without it" in after_reads
+    assert "Every tool you had has now failed" not in after_reads
+    last = server.requests[2]
+    assert last.tools is None
+    assert "Every tool you had has now failed" in last.messages[-1]["content"]
+    assert "say in your answer that the tools failed" in last.messages[-1]["content"]
+
+
 # -- the invalid-response breaker --------------------------------------------------------
 
 
