@@ -25,22 +25,26 @@ from capabilities._net import (
 )
 from engine.errors import ConfigurationError
 
-__all__ = ["checked_client", "server_headers"]
+__all__ = ["MissingVariable", "checked_client", "server_headers"]
 
 _DEFAULT_PORTS = {"https": 443, "http": 80}
+
+
+class MissingVariable(ConfigurationError):
+    """A variable `headers_from_env` names is not set."""
 
 
 def server_headers(spec: HttpServer, server: str) -> dict[str, str]:
     """The headers `headers_from_env` names, read from the environment.
 
     Raises:
-        ConfigurationError: a variable is not set.
+        MissingVariable: a variable is not set.
     """
     headers: dict[str, str] = {}
     for header, variable in spec.headers_from_env.items():
         value = os.environ.get(variable)
         if value is None:
-            raise ConfigurationError(
+            raise MissingVariable(
                 f"MCP server '{server}': header {header!r} reads ${variable}, which is not "
                 f"set; export {variable}=... before the run"
             )

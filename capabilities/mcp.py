@@ -27,6 +27,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
+from capabilities._mcp_http import MissingVariable
 from capabilities._mcp_models import FAMILY, HttpServer, McpGrant, McpResult, StdioServer
 from capabilities._mcp_schema import SchemaParams, params_model
 from capabilities._mcp_servers import Servers, list_tools
@@ -77,14 +78,23 @@ async def _listing(grant: BaseModel, base_dir: Path) -> Listing:
     listing: dict[str, Any] = {}
     problems: list[tuple[tuple[str | int, ...], str, str]] = []
     for (name, spec), tools in zip(servers.items(), found, strict=True):
-        if isinstance(tools, ConfigurationError):
+        if isinstance(tools, MissingVariable):
+            problems.append((("servers", name, "headers_from_env"), str(tools), ""))
+        elif isinstance(tools, ConfigurationError):
             problems.append((("servers", name), str(tools), _start_hint(spec)))
         elif isinstance(tools, BaseException):
             raise tools
         else:
             listing[name] = {"tools": tools}
     if problems:
-        raise DiscoveryFailed(FAMILY, problems, code="mcp-server")
+        failed = tuple(name for name in servers if name not in listing)
+        raise DiscoveryFailed(
+            FAMILY,
+            problems,
+            code="mcp-server",
+            partial={"servers": listing, "unavailable": list(failed)},
+            unavailable=tuple(f"{FAMILY}.{name}." for name in failed),
+        )
     return {"servers": listing}
 
 
@@ -104,7 +114,10 @@ def _bind(grant: BaseModel, base_dir: Path, listing: Listing) -> Bound:
     withheld: dict[str, str] = {}
     problems: list[tuple[tuple[str | int, ...], str, str]] = []
     listed = listing.get("servers", {})
+    failed = set(listing.get("unavailable", []))
     for server, spec in servers.items():
+        if server in failed:
+            continue  # it could not be listed (reported); its tools are unknown
         tools = listed.get(server, {}).get("tools")
         if not isinstance(tools, list):
             problems.append((("servers", server), f"no tool listing for MCP server '{server}'", ""))

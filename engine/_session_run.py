@@ -144,7 +144,8 @@ class SessionRun:
             goal, base=self.base, base_dir=self.base_dir, context=context, keep=keep
         )
         await frontend.show_plan(outcome)
-        if session.options.dry_run or not plan_has_side_effects(outcome.plan, session.registry):
+        bound = session.registry.bind(outcome.plan.capabilities, self.base_dir)
+        if session.options.dry_run or not plan_has_side_effects(outcome.plan, bound):
             return outcome.plan  # nothing with side effects will run
         tape = session.tape
         if tape is not None:

@@ -66,13 +66,23 @@ def bind_grants(
     report: Report, registry: Registry, plan: Plan, granted: set[str], base_dir: Path
 ) -> tuple[Registry, set[str]]:
     """The registry with the actions the granted families discover (an MCP server's tools),
-    and the families whose discovery failed, each failure reported where its grant says."""
+    and the action-name prefixes nothing can be said of: a discovering family's whose grant
+    did not validate (`mcp.`), and what a failed discovery could not list (`mcp.notes.`),
+    each failure reported where its grant says."""
     grants = {name: plan.capabilities[name] for name in granted}
     bound, failures = registry.bind_all(grants, base_dir)
+    unknown = {  # a discovering family's grant that did not validate: its tools are unknown
+        f"{name}."
+        for name in plan.capabilities
+        if name not in granted
+        and (family := registry.families.get(name)) is not None
+        and family.discovery is not None
+    }
     for failure in failures:
         for path, message, hint in failure.problems:
             report(("capabilities", failure.family, *path), failure.code, message, hint)
-    return bound, {failure.family for failure in failures}
+        unknown.update(failure.unavailable or (f"{failure.family}.",))
+    return bound, unknown
 
 
 def check_action(
@@ -87,7 +97,7 @@ def check_action(
 ) -> None:
     """Check the tool a step (or its fallback) calls and its params, or an agent's tools.
 
-    `unavailable`: granted families whose discovery failed; their tools are not checked.
+    `unavailable`: action-name prefixes whose tools are not checked (see `bind_grants`).
     """
     if agent is not None:
         for index, name in enumerate(agent.tools):
@@ -113,10 +123,10 @@ def _tool(
     Nothing is said of the tools of a family whose discovery failed (that failure is
     reported at its grant): nothing is known about them.
     """
+    if any(tool.startswith(prefix) for prefix in unavailable):
+        return None  # its grant's problem is reported; nothing is known of its tools
     action = registry.get(tool)
     family = tool.split(".", 1)[0]
-    if action is None and family in unavailable:
-        return None
     if action is None and tool in registry.withheld:
         report(path, "not-granted", registry.withheld[tool], "add it to the grant's tools globs")
         return None

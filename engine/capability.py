@@ -240,20 +240,27 @@ class Registry:
         if not wanted:
             return self, []
         missing = {key: value for key, value in wanted.items() if key not in self._bound}
-        failures = run_blocking(self._discover(missing, base_dir)) if missing else []
+        partial: dict[tuple[str, str, str], Bound] = {}
+        failures = run_blocking(self._discover(missing, base_dir, partial)) if missing else []
         bound = Registry(
             self.families, dict(self.actions), self.listings, dict(self.withheld), self._bound
         )
         for key in wanted:
-            found = self._bound.get(key)
+            found = self._bound.get(key) or partial.get(key)
             if found is not None:
                 bound.actions.update((action.name, action) for action in found.actions)
                 bound.withheld.update(found.withheld)
         return bound, failures
 
     async def _discover(
-        self, wanted: dict[tuple[str, str, str], tuple[Family, BaseModel]], base_dir: Path
+        self,
+        wanted: dict[tuple[str, str, str], tuple[Family, BaseModel]],
+        base_dir: Path,
+        partial: dict[tuple[str, str, str], Bound],
     ) -> list[DiscoveryFailed]:
+        """List and bind what `wanted` names; what only partly failed goes to `partial`
+        (not cached: the next bind asks again)."""
+
         async def one(key: tuple[str, str, str], family: Family, grant: BaseModel) -> None:
             discovery = family.discovery
             assert discovery is not None
@@ -261,7 +268,12 @@ class Registry:
             def live() -> Awaitable[dict[str, Any]]:
                 return discovery.listing(grant, base_dir)
 
-            listing = await self.listings.listing(family.name, key[1], live)
+            try:
+                listing = await self.listings.listing(family.name, key[1], live)
+            except DiscoveryFailed as failure:
+                if failure.partial is not None:
+                    partial[key] = discovery.bind(grant, base_dir, failure.partial)
+                raise
             self._bound[key] = discovery.bind(grant, base_dir, listing)
 
         outcomes = await asyncio.gather(

@@ -51,7 +51,9 @@ class DiscoveryFailed(ConfigurationError):
 
     `problems` are `(path, message, hint)`, the path inside the family's grant, e.g.
     `("servers", "notes")`; validation reports each at its place in the recipe, under the
-    diagnostic code `code`.
+    diagnostic code `code`. When only part of the grant failed, `partial` is the listing of
+    the rest (bound as usual) and `unavailable` the action-name prefixes of the part that
+    failed (`mcp.notes.`), whose tools nothing can be said of.
     """
 
     def __init__(
@@ -60,10 +62,14 @@ class DiscoveryFailed(ConfigurationError):
         problems: list[tuple[tuple[str | int, ...], str, str]],
         *,
         code: str = "discovery-failed",
+        partial: Listing | None = None,
+        unavailable: tuple[str, ...] = (),
     ) -> None:
         self.family = family
         self.problems = problems
         self.code = code
+        self.partial = partial
+        self.unavailable = unavailable
         super().__init__("; ".join(message for _, message, _ in problems))
 
 

@@ -60,8 +60,16 @@ class LLMPlanner:
         self.client = client
         self.registry = registry
 
-    def catalogue(self, grants: dict[str, Any]) -> list[dict[str, Any]]:
-        """The granted tools: name, description, params JSON Schema."""
+    def catalogue(
+        self, grants: dict[str, Any], base_dir: Path | None = None
+    ) -> list[dict[str, Any]]:
+        """The granted tools: name, description, params JSON Schema (with the tools of the
+        MCP servers the grants name, which are asked for them).
+
+        Raises:
+            DiscoveryFailed: a granted server could not be listed (a configuration error).
+        """
+        registry = self.registry.bind(grants, base_dir or Path.cwd())
         return [
             {
                 "name": tool.name,
@@ -71,7 +79,7 @@ class LLMPlanner:
                 else tool.side_effects,
                 "params": _compact(tool.params),
             }
-            for tool in self.registry.catalogue(grants)
+            for tool in registry.catalogue(grants)
         ]
 
     async def plan(
@@ -94,7 +102,7 @@ class LLMPlanner:
             BudgetExceeded / ConfigurationError / StepTimeout: from the model client.
         """
         grants = base.get("capabilities") or {}
-        tools = self.catalogue(grants)
+        tools = self.catalogue(grants, base_dir)
         prompt = goal if context is None else f"{goal}\n\nContext:\n{context}"
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM.format(tools=json.dumps(tools))},
@@ -131,7 +139,8 @@ class LLMPlanner:
         file: str,
         problems: list[list[Diagnostic]],
     ) -> PlanOutcome:
-        names = self.registry.agent_tools(base.get("capabilities") or {})
+        grants = base.get("capabilities") or {}
+        names = self.registry.bind(grants, base_dir).agent_tools(grants)
         step = {"id": "goal", "agent": {"goal": goal, "tools": names, "max_iterations": 10}}
         text = plan_to_yaml(_recipe({"goal": goal, "steps": [step]}, goal, base))
         data, source = parse_recipe_text(text, file)

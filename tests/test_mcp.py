@@ -429,7 +429,57 @@ def test_malformed_grants_are_located_errors(project: Project) -> None:
     assert lines == {
         locate(text, name)[0] for name in ("both:", "neither:", "Notes!:", "no_tools:")
     }, diagnostics
-    assert not project.servers_alive()
+
+
+HALF_BROKEN = """
+version: 1
+name: notes-half-broken
+capabilities:
+  mcp:
+    servers:
+      gone: {command: [{program}], tools: ["*"]}
+      notes: {command: {command}, tools: [search]}
+steps:
+  - id: lost
+    tool: mcp.gone.anything
+  - id: typo
+    tool: mcp.notes.serch
+    params: {query: x}
+  - id: wrong
+    tool: mcp.notes.search
+    params: {query: 3}
+"""
+
+
+def test_a_server_that_cannot_start_does_not_hide_the_problems_of_the_others(
+    project: Project,
+) -> None:
+    program = f"no-such-mcp-server-{uuid.uuid4().hex[:12]}"
+    text = project.write(HALF_BROKEN.replace("{program}", program))
+
+    proc, diagnostics = project.validate_json()
+
+    assert proc.returncode == 2, proc.stderr
+    found = {(d["rule"], d["line"]) for d in diagnostics}
+    assert found == {
+        ("mcp-server", locate(text, "gone:")[0]),
+        ("unknown-tool", locate(text, "mcp.notes.serch")[0]),
+        ("bad-params", locate(text, "query: 3")[0]),
+    }, diagnostics
+    (typo,) = by_rule(diagnostics, "unknown-tool")
+    assert typo["hint"] == "did you mean 'mcp.notes.search'?"
+
+
+def test_a_malformed_server_grant_is_reported_once_not_as_ungranted_tools(
+    project: Project,
+) -> None:
+    text = project.write(BAD_GRANTS)
+
+    proc, diagnostics = project.validate_json()
+
+    assert proc.returncode == 2, proc.stderr
+    assert {d["rule"] for d in diagnostics} == {"bad-grant"}, diagnostics
+    assert locate(text, "mcp.notes.search")[0] not in {d["line"] for d in diagnostics}
 
 
 # -- crashes and hangs ----------------------------------------------------------------------

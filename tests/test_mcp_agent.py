@@ -11,12 +11,13 @@ through the gate like any other.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
-from mcp_servers.project import SEED, Project, make_project
+from mcp_servers.project import SEED, Project, make_project, one_json
 
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ScriptedModel, ToolCall
 
@@ -162,3 +163,48 @@ def test_an_agents_side_effect_is_gated_without_approval(project: Project) -> No
     [entry] = result["steps"]["scribe"]["transcript"]
     assert (entry["tool"], entry["status"]) == ("mcp.notes.add_note", "error")
     assert "denied" in entry["detail"]
+
+
+CAPABILITIES = """
+capabilities:
+  mcp:
+    servers:
+      notes:
+        command: {command}
+        tools: [search, add_note]
+"""
+
+
+def test_a_goal_is_planned_with_the_servers_tools_and_a_read_only_plan_runs_unreviewed(
+    project: Project,
+) -> None:
+    project.write(CAPABILITIES, name="caps.yaml")
+    plan = {
+        "goal": "find the release notes",
+        "steps": [{"id": "find", "tool": "mcp.notes.search", "params": {"query": "release"}}],
+    }
+    model = ScriptedModel.sequence(json.dumps(plan))
+
+    with FakeOpenAIServer(model) as server:
+        proc = project.planloom(
+            "plan",
+            "find the release notes",
+            "--capabilities",
+            "caps.yaml",
+            "--json",
+            "--base-url",
+            server.base_url,
+            "--model",
+            "m",
+        )
+        requests = list(server.requests)
+
+    assert proc.returncode == 0, proc.stderr
+    system = requests[0].messages[0]["content"]
+    assert "mcp.notes.search" in system
+    assert "mcp.notes.add_note" in system
+    assert "delete_all" not in system  # withheld by the grant: never offered to the planner
+    result = one_json(proc.stdout)
+    assert result["steps"]["find"]["status"] == "succeeded"
+    assert "release on friday" in json.dumps(result["steps"]["find"]["output"])
+    assert "plan" not in {a["step_id"] for a in result["approvals"]}  # read-only: no review

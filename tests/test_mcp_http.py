@@ -226,3 +226,18 @@ def test_a_server_that_is_not_listening_is_a_configuration_error(project: Projec
     # at the server's entry: its key, or the first line of its mapping
     assert problems[0]["line"] in {locate(text, "remote:")[0], locate(text, "url:")[0]}
     assert "remote" in problems[0]["message"]
+
+
+def test_a_header_variable_that_is_not_set_is_located_at_headers_from_env(
+    project: Project,
+) -> None:
+    text = project.write(grant(f"http://127.0.0.1:{free_port()}/mcp") + CHECKS)
+
+    proc = project.planloom("validate", "r.yaml", "--json", environ=env())
+
+    assert proc.returncode == 2, proc.stderr
+    (problem,) = one_json(proc.stdout)
+    assert problem["rule"] == "mcp-server"
+    assert problem["line"] == locate(text, "headers_from_env:")[0]
+    assert f"export {TOKEN_VARIABLE}=" in problem["message"]
+    assert "running" not in (problem["hint"] or "")
