@@ -1,8 +1,13 @@
 """A cassette's tool listings: what discovering families found (`Registry.listings`).
 
-Recording keeps each live listing (an MCP server's tools, with their schemas); a replay
-serves it, so the recipe validates and its tools are known with no server started. A
-listing the cassette lacks is a mismatch that says to record again.
+Recording keeps each live listing (an MCP server's tools, with their schemas); a pure
+replay serves it, so the recipe validates and its tools are known with no server started.
+A listing the cassette lacks is a mismatch that says to record again.
+
+A recorded listing decides what a tool may do unasked (a tool listed read-only runs
+ungated), so it is served only where no tool runs live: under `new_episodes` or
+`--live-tools` the servers are asked again, and a cassette edited by hand cannot mark a
+live tool read-only.
 """
 
 from __future__ import annotations
@@ -29,24 +34,24 @@ class TapeListings:
     async def listing(
         self, family: str, key: str, live: Callable[[], Awaitable[Listing]]
     ) -> Listing:
-        if self.tape.replaying:
-            entry = self.tape.take(self._recorded, (family, key))
+        tape = self.tape
+        if tape.replaying and not tape.recording and not tape.live_tools:
+            entry = tape.take(self._recorded, (family, key))
             if entry is not None:
                 return entry.listing
-            if not self.tape.recording:
-                raise DiscoveryFailed(
-                    family,
-                    [
-                        (
-                            (),
-                            f"the cassette {self.tape.path} has no tool listing for this "
-                            f"'{family}' grant (it changed since the recording, or the "
-                            "recording predates it)",
-                            f"record again: planloom run RECIPE --record {self.tape.path}",
-                        )
-                    ],
-                    code="replay-mismatch",
-                )
+            raise DiscoveryFailed(
+                family,
+                [
+                    (
+                        (),
+                        f"the cassette {tape.path} has no tool listing for this "
+                        f"'{family}' grant (it changed since the recording, or the "
+                        "recording predates it)",
+                        f"record again: planloom run RECIPE --record {tape.path}",
+                    )
+                ],
+                code="replay-mismatch",
+            )
         listing = await live()
         self.tape.secrets.add_environ()  # variables the grant declared secret as it validated
         self.tape.cassette.listings.append(

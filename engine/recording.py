@@ -185,6 +185,7 @@ class Tape:
             # A live decision replaces a recorded one for the same gate: the recorded one
             # answered nothing (its call ran live), and a cassette holds one per gate.
             decided = {(e.step, e.action, e.params_hash, e.ordinal) for e in cassette.approvals}
+            asked = {(e.family, e.grant) for e in cassette.listings}  # listed live again
             kept = [
                 e
                 for e in self.recorded.approvals
@@ -196,7 +197,10 @@ class Tape:
                     "tools": [*self.recorded.tools, *cassette.tools],
                     "approvals": [*kept, *cassette.approvals],
                     "answers": [*self.recorded.answers, *cassette.answers],
-                    "listings": [*self.recorded.listings, *cassette.listings],
+                    "listings": [
+                        *(e for e in self.recorded.listings if (e.family, e.grant) not in asked),
+                        *cassette.listings,
+                    ],
                 }
             )
         cassette = cassette.model_copy(

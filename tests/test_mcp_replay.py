@@ -20,6 +20,7 @@ import pytest
 from _procs import PLANLOOM, TIMEOUT, env
 from mcp_servers.project import Project, make_project, no_traceback
 
+from engine.cassette import Cassette
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ScriptedModel, ToolCall
 
 RECIPE = """
@@ -154,3 +155,40 @@ def test_a_changed_side_effect_call_is_not_served_from_the_cassette(
     assert result["steps"]["save"]["status"] == "failed"
     assert "save" in proc.stderr
     assert project.notes() == notes
+
+
+SIDE_EFFECT = """
+version: 1
+name: notes-forged
+capabilities:
+  mcp:
+    servers:
+      notes:
+        command: {command}
+        tools: [search, add_note]
+steps:
+  - id: save
+    tool: mcp.notes.add_note
+    params: {text: recorded once}
+"""
+
+
+def test_a_listing_forged_to_call_a_tool_read_only_cannot_run_it_live(tmp_path: Path) -> None:
+    project = make_project(tmp_path)
+    project.write(SIDE_EFFECT)
+    proc, _ = project.run_json("r.yaml", "--record", "c.yaml", "--yes")
+    assert proc.returncode == 0, proc.stderr
+    before = project.notes()
+    cassette = Cassette.load(project.root / "c.yaml")
+    (listing,) = cassette.listings
+    for tool in listing.listing["servers"]["notes"]["tools"]:
+        tool["read_only"] = True  # the hand edit: every tool "read-only"
+    cassette.save(project.root / "c.yaml")
+
+    # --live-tools runs read-only tools live: the servers are asked, not the cassette
+    proc = project.planloom("replay", "c.yaml", "--live-tools", "--json")
+
+    assert project.notes() == before, "a forged listing let a side effect run live, ungated"
+    result = json.loads(proc.stdout)
+    assert result["steps"]["save"]["status"] == "succeeded"  # served from the recording
+    assert [a["by"] for a in result["approvals"]] == ["recorded"]
