@@ -21,32 +21,29 @@ from __future__ import annotations
 
 import contextlib
 import os
-import signal
-import subprocess
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any
 
 import anyio
 import anyio.lowlevel
-import anyio.to_thread
 import mcp_types
-from anyio.abc import AsyncResource, ByteReceiveStream, Process
+from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 
-from capabilities import _protected
-from capabilities._shell_launch import (
-    STATUS_LIMIT,
-    _files_config,
-    flatten,
-    launcher_command,
-    parse_status,
+from capabilities._mcp_stdio_process import (
+    StdioLaunch,
+    kill_group,
+    read_status,
+    signal_name,
+    spawn,
+    stop,
+    watched_folder,
 )
+from capabilities._shell_launch import flatten
 from capabilities._shell_scratch import Scratch
-from engine.errors import CapabilityDenied, ConfigurationError
 
 __all__ = ["MAX_LINE", "ConfinedStdio", "StdioLaunch"]
 
@@ -55,41 +52,7 @@ _STDERR_KEPT = 64 * 1024  # bytes of the server's stderr kept (the last ones)
 _TAIL_LINES = 20  # stderr lines quoted by `failure()`
 _TAIL_BYTES = 4096  # at most this much of them
 _WRITER_FLUSH_TIMEOUT = 0.5  # seconds for accepted messages to reach stdin at shutdown
-_EXIT_TIMEOUT = 0.5  # seconds for the server to exit once its stdin is closed
-_REAP_TIMEOUT = 2.0  # seconds for a SIGKILLed launcher to be reaped
 _SETTLE = 1.0  # seconds, once one pipe ends, for the others and the launcher's report
-
-
-@dataclass(frozen=True)
-class StdioLaunch:
-    """How to start one MCP server, already resolved and checked by its caller.
-
-    Attributes:
-        server: the server's name, for messages.
-        argv: what to execute; `argv[0]` is an absolute path, not made real (a venv's
-            python must stay the venv's link to find its site-packages).
-        cwd: the real path of the server's folder: its working folder, and the only one it
-            may write besides its TMPDIR.
-        env: its whole environment, already scrubbed (`TMPDIR` is added).
-        network: whether it may use the network (False: a network namespace of its own
-            and no TCP under Landlock).
-        reads: further folders it may read (a venv, its program's folder, ...).
-        rlimits: `{"as": bytes, "fsize": bytes, "nproc": n, "core": 0}`; no CPU limit, as
-            a server lives for the whole run.
-        max_processes: the limit of its pids cgroup.
-        protected: globs of the protected entries beneath `cwd` it may write; the others
-            are mounted read-only.
-    """
-
-    server: str
-    argv: list[str]
-    cwd: str
-    env: dict[str, str]
-    network: bool
-    reads: tuple[str, ...]
-    rlimits: dict[str, int]
-    max_processes: int
-    protected: list[str]
 
 
 class ConfinedStdio:
@@ -171,7 +134,7 @@ class ConfinedStdio:
             if "exit" in message:
                 return f"exited with code {message['exit']}"
             if "signal" in message:
-                return f"was killed by signal {_signal_name(int(message['signal']))}"
+                return f"was killed by signal {signal_name(int(message['signal']))}"
         if self._ended is not None:
             return self._ended
         if self._stopping:
@@ -183,93 +146,19 @@ class ConfinedStdio:
         if self._ended is None:
             self._ended = why
         if self.pid is not None:
-            _kill_group(self.pid)
+            kill_group(self.pid)
 
     @contextlib.asynccontextmanager
     async def _connect(self) -> AsyncIterator[TransportStreams]:
-        async with self._watch_protected() as protected:
+        async with watched_folder(self._launch) as protected:
             with Scratch(self._launch.max_processes) as scratch:
-                process, status_fd = await self._spawn(scratch, protected)
+                process, status_fd = await spawn(self._launch, scratch, protected)
+                self.pid = process.pid
                 try:
                     async with self._bridge(process, status_fd, scratch) as streams:
                         yield streams
                 finally:
                     os.close(status_fd)
-
-    @contextlib.asynccontextmanager
-    async def _watch_protected(self) -> AsyncIterator[_protected.Scan]:
-        """Walk `cwd` for protected entries (mounted read-only); remove those that appear.
-
-        As `shell.run` does: a folder too large to walk entirely is refused, and protected
-        entries created while the server ran are removed when it has stopped, and refused
-        (unless the block is being cancelled).
-        """
-        launch = self._launch
-        watch = _protected.Watch(launch.cwd, launch.protected)
-        try:
-            before = await anyio.to_thread.run_sync(watch.start)
-        except BaseException:
-            watch.abandon()
-            raise
-        if why := before.refusal():
-            watch.abandon()
-            raise ConfigurationError(f"MCP server {launch.server!r}: {why}")
-        who = f"MCP server {launch.server!r}"
-        grant = f"mcp: servers: {launch.server}"
-        try:
-            yield before
-        except Exception:
-            watch.finish(who=who, rule="mcp.protected", grant=grant)  # a refusal outranks it
-            raise
-        except BaseException:
-            with contextlib.suppress(CapabilityDenied):
-                watch.finish(who=who, rule="mcp.protected", grant=grant)
-            raise
-        await anyio.to_thread.run_sync(
-            lambda: watch.finish(who=who, rule="mcp.protected", grant=grant)
-        )
-
-    async def _spawn(self, scratch: Scratch, protected: _protected.Scan) -> tuple[Process, int]:
-        """Start the launcher (from the event loop's thread: its parent-death signal follows
-        the thread that started it); the process and the read end of its status pipe."""
-        launch = self._launch
-        config = {
-            "parent": os.getpid(),
-            "network": launch.network,
-            "rlimits": dict(launch.rlimits),
-            **_files_config(launch.cwd, scratch.tmpdir, list(launch.reads), protected),
-            "cgroup": scratch.cgroup,
-        }
-        status_r, status_w = os.pipe()
-        config_fd = -1
-        started = False
-        try:
-            command, config_fd = launcher_command(config, status_w, list(launch.argv))
-            process = await anyio.open_process(
-                command,
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                cwd=launch.cwd,
-                env={**launch.env, "TMPDIR": scratch.tmpdir},
-                start_new_session=True,
-                pass_fds=(status_w, config_fd),
-            )
-            started = True
-        except (OSError, ValueError) as exc:  # ValueError: a NUL byte in the environment
-            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
-            raise ConfigurationError(
-                f"MCP server {launch.server!r}: cannot start its sandbox launcher in "
-                f"{launch.cwd}: {why}"
-            ) from exc
-        finally:
-            os.close(status_w)
-            if config_fd >= 0:
-                os.close(config_fd)
-            if not started:
-                os.close(status_r)
-        self.pid = process.pid
-        return process, status_r
 
     @contextlib.asynccontextmanager
     async def _bridge(
@@ -333,12 +222,12 @@ class ConfinedStdio:
 
         async def launcher_watch() -> None:
             try:
-                await self._read_status(status_fd, scratch)
+                await read_status(status_fd, lambda got: self._received(got, scratch))
             finally:
                 launcher_gone.set()
             # The server is gone: end what is left of its tree (without a PID namespace,
             # descendants may hold stdout open), then the connection.
-            _kill_group(process.pid)
+            kill_group(process.pid)
             await scratch.empty_cgroup()
             with anyio.move_on_after(_SETTLE):
                 await delivered.wait()
@@ -350,7 +239,7 @@ class ConfinedStdio:
             write_stream.close()
             with anyio.move_on_after(_WRITER_FLUSH_TIMEOUT):
                 await writer_done.wait()
-            await _stop(process, scratch)
+            await stop(process, scratch)
             for stream in (read_stream, write_stream, read_sink, write_source):
                 await stream.aclose()
             await anyio.lowlevel.checkpoint()  # lets the unblocked tasks end
@@ -392,6 +281,10 @@ class ConfinedStdio:
                 return self._too_long()
         return True
 
+    def _received(self, messages: list[dict[str, Any]], scratch: Scratch) -> None:
+        self._messages = messages
+        self.layers = flatten(messages, scratch.cgroup_state)
+
     def _too_long(self) -> bool:
         self._end(
             f"sent a message line longer than {MAX_LINE // (1024 * 1024)} MiB, "
@@ -407,28 +300,6 @@ class ConfinedStdio:
             await stderr_done.wait()
         if not launcher_gone.is_set():
             self._end("closed its standard output, so it was stopped")
-
-    async def _read_status(self, fd: int, scratch: Scratch) -> None:
-        """Read the launcher's messages until it has gone (the pipe's end)."""
-        os.set_blocking(fd, False)
-        pending = bytearray()
-        while True:
-            await anyio.wait_readable(fd)
-            try:
-                chunk = os.read(fd, STATUS_LIMIT)
-            except BlockingIOError:
-                continue
-            if not chunk:
-                return
-            pending += chunk
-            complete, newline, rest = pending.rpartition(b"\n")
-            if newline:
-                self._messages += parse_status(bytes(complete))
-                if len(self._messages) > 100:  # the launcher sends three; keep it bounded
-                    del self._messages[100:]
-                self.layers = flatten(self._messages, scratch.cgroup_state)
-                pending = bytearray(rest)
-            del pending[STATUS_LIMIT:]
 
 
 def _parse_line(line: bytes) -> SessionMessage | Exception:
@@ -452,42 +323,3 @@ async def _drain(stdout: ByteReceiveStream) -> None:
         ):
             while True:
                 await stdout.receive()
-
-
-async def _stop(process: Process, scratch: Scratch) -> None:
-    """Close stdin, give the server a moment to exit, then kill the launcher's group.
-
-    Killing the group kills the PID namespace's init, and the kernel then kills everything
-    in the namespace; without one, the pids cgroup is swept for descendants that left it.
-    """
-    await _close(process.stdin)
-    with anyio.move_on_after(_EXIT_TIMEOUT):
-        await process.wait()
-    _kill_group(process.pid)
-    with anyio.move_on_after(_REAP_TIMEOUT):
-        await process.wait()
-    await scratch.empty_cgroup()
-    # Wakes the pipe readers even if something unkillable still holds the pipes open.
-    await _close(process.stdout)
-    await _close(process.stderr)
-    if process.returncode is not None:  # else its wait could not be bounded
-        await process.aclose()  # closes the pipes' transports
-
-
-async def _close(stream: AsyncResource | None) -> None:
-    with contextlib.suppress(OSError, anyio.BrokenResourceError, anyio.ClosedResourceError):
-        if stream is not None:
-            await stream.aclose()
-
-
-def _kill_group(pgid: int) -> None:
-    # The group may already be empty (ESRCH); nothing else can fail for our own child.
-    with contextlib.suppress(OSError):
-        os.killpg(pgid, signal.SIGKILL)
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return str(number)

@@ -32,6 +32,7 @@ from engine.capability import CallContext
 __all__ = [
     "STATUS_LIMIT",
     "Outcome",
+    "files_config",
     "flatten",
     "launcher_command",
     "launcher_config",
@@ -86,12 +87,12 @@ def launcher_config(
         "parent": os.getpid(),
         "network": grant.network,
         "rlimits": rlimits,
-        **_files_config(root, scratch.tmpdir, reads, protected),
+        **files_config(root, scratch.tmpdir, reads, protected),
         "cgroup": scratch.cgroup,
     }
 
 
-def _files_config(
+def files_config(
     write_root: str, tmpdir: str, reads: list[str], protected: _protected.Scan
 ) -> dict[str, Any]:
     """The file-system part of a launcher config, for any confined child.
