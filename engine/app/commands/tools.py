@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from engine._sanitize import neutralize
 from engine.app.output import EXIT_OK, load, print_json
 from engine.capability import Registry
 
@@ -56,8 +57,11 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         required = set(row["params"].get("required", []))
         params = ", ".join(f"{p}{'' if p in required else '?'}" for p in props)
         effect = {True: "side effects", False: "read-only"}.get(row["side_effects"], "per call")
-        print(f"{row['name']:<{width}}  {effect:<12}  {row['description']}")
-        print(f"{'':<{width}}  params: {params}")
+        print(neutralize(f"{row['name']:<{width}}  {effect:<12}  {row['description']}"))
+        print(neutralize(f"{'':<{width}}  params: {params}"))
+    for name, family in sorted(registry.families.items()):
+        if family.discovery is not None and not any(r["family"] == name for r in rows):
+            print(f"{name}.*  {family.description}: `planloom tools RECIPE` lists a recipe's")
     print("\nconfinement on this machine:")
     for family, report in sorted(layers.items()):
         for layer, state in report.items():
