@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import fnmatch
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -36,10 +38,17 @@ from capabilities._shell_env import is_refused_env
 from capabilities._shell_paths import SAFE_PATH
 from engine.errors import CapabilityDenied, ConfigurationError, StepFailed
 
-__all__ = ["Connection", "Servers", "list_tools", "session"]
+__all__ = ["MAX_NESTING", "Connection", "Servers", "list_tools", "nesting", "session"]
 
 _CLIENT = mcp_types.Implementation(name="planloom", version="0.1.0")
-_MAX_TOOLS = 1000
+_MAX_TOOLS = 1000  # tools taken from one server
+_MAX_PAGES = 100  # pages of tools/list
+_MAX_NAME = 128  # characters of a tool's name kept (longer names are not usable)
+_MAX_TEXT = 2000  # characters of a tool's title and description kept
+_MAX_SCHEMA = 256 * 1024  # bytes of one inputSchema (as JSON)
+MAX_NESTING = 64
+"""Deepest a tool's schema or result may nest: a cassette holding it stays within the
+100 levels every YAML file planloom reads is held to."""
 _STOP_GRACE = 10.0  # seconds a session may take to wind down
 _FAILURE_POLLS, _FAILURE_POLL = 20, 0.025  # how long to wait for a dead server's exit report
 
@@ -175,16 +184,26 @@ def _describe(exc: BaseException) -> str:
 
 
 async def list_tools(name: str, spec: Server, base_dir: Path) -> list[dict[str, Any]]:
-    """The server's tools (`tools/list`, every page), as JSON.
+    """The server's tools (`tools/list`, every page), as JSON: in full for those the
+    grant's `tools` globs allow, by name alone for the others.
 
     Raises:
         ConfigurationError: it could not be started, reached or listed within
-            `startup_timeout`.
+            `startup_timeout`, or its listing is too large.
     """
+    problem: ConfigurationError | None = None
     try:
         with anyio.fail_after(spec.startup_timeout):
             async with session(name, spec, base_dir) as connection:
-                return await _all_tools(connection.client, name)
+                try:
+                    return await _all_tools(connection.client, name, spec.tools)
+                except ConfigurationError as exc:
+                    problem = exc  # raised once the session is left, not through its tasks
+                except Exception as exc:  # an error answer, a crash, a broken line...
+                    why = await connection.failure() or _describe(exc)
+                    problem = ConfigurationError(
+                        f"MCP server '{name}' failed to list its tools: {why}"
+                    )
     except TimeoutError:
         raise ConfigurationError(
             f"MCP server '{name}' did not answer within startup_timeout "
@@ -192,31 +211,66 @@ async def list_tools(name: str, spec: Server, base_dir: Path) -> list[dict[str, 
         ) from None
     except CapabilityDenied as exc:  # it wrote a protected entry while it was listed
         raise ConfigurationError(f"MCP server '{name}': {exc}") from None
+    assert problem is not None
+    raise problem
 
 
-async def _all_tools(client: Client, name: str) -> list[dict[str, Any]]:
+async def _all_tools(client: Client, name: str, globs: list[str]) -> list[dict[str, Any]]:
     tools: list[dict[str, Any]] = []
     cursor: str | None = None
-    while True:
+    for _ in range(_MAX_PAGES):
         page = await client.list_tools(cursor=cursor)
-        tools += [_tool_json(tool) for tool in page.tools]
+        tools += [_tool_json(tool, globs) for tool in page.tools]
+        if len(tools) > _MAX_TOOLS:
+            raise ConfigurationError(
+                f"MCP server '{name}' lists more than {_MAX_TOOLS} tools; planloom takes at "
+                f"most {_MAX_TOOLS} from one server"
+            )
         cursor = page.next_cursor
         if not cursor:
             return tools
-        if len(tools) >= _MAX_TOOLS:
-            raise ConfigurationError(f"MCP server '{name}' lists more than {_MAX_TOOLS} tools")
+    raise ConfigurationError(
+        f"MCP server '{name}' sent more than {_MAX_PAGES} pages of tools without an end"
+    )
 
 
-def _tool_json(tool: mcp_types.Tool) -> dict[str, Any]:
+def _tool_json(tool: mcp_types.Tool, globs: list[str]) -> dict[str, Any]:
+    """One tool as the listing keeps it: what binding needs, bounded; the name alone for
+    a tool the grant does not allow."""
+    if not any(fnmatch.fnmatchcase(tool.name, pattern) for pattern in globs):
+        return {"name": tool.name[:_MAX_NAME]}
     notes = tool.annotations
+    schema: dict[str, Any] | None = tool.input_schema
+    unusable = None
+    if nesting(schema) > MAX_NESTING:
+        schema, unusable = None, f"its inputSchema nests deeper than {MAX_NESTING} levels"
+    elif len(json.dumps(schema)) > _MAX_SCHEMA:
+        schema, unusable = None, f"its inputSchema is larger than {_MAX_SCHEMA:,} bytes"
     return {
         "name": tool.name,
-        "title": tool.title or (notes.title if notes is not None else None),
-        "description": tool.description or "",
-        "input_schema": tool.input_schema,
+        "title": (tool.title or (notes.title if notes is not None else None) or "")[:_MAX_TEXT],
+        "description": (tool.description or "")[:_MAX_TEXT],
+        "input_schema": schema,
+        "unusable": unusable,
         "read_only": bool(notes is not None and notes.read_only_hint is True),
         "destructive": bool(notes is not None and notes.destructive_hint is True),
     }
+
+
+def nesting(value: Any) -> int:
+    """How deep lists and mappings nest in `value` (0 for a scalar), counted without
+    recursion, and no further than `MAX_NESTING + 1`."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_NESTING:
+                return depth
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 class _Session:

@@ -30,9 +30,10 @@ from pydantic import BaseModel
 from capabilities._mcp_http import MissingVariable
 from capabilities._mcp_models import FAMILY, HttpServer, McpGrant, McpResult, StdioServer
 from capabilities._mcp_schema import SchemaParams, params_model
-from capabilities._mcp_servers import Servers, list_tools
+from capabilities._mcp_servers import MAX_NESTING, Servers, list_tools, nesting
 from capabilities.shell import confinement_report
 from engine._sanitize import cap, neutralize
+from engine.agent import tool_name_for
 from engine.capability import Action, CallContext, Family, Registry
 from engine.discovery import Bound, Discovery, DiscoveryFailed, Listing
 from engine.errors import ConfigurationError, StepFailed
@@ -122,7 +123,11 @@ def _bind(grant: BaseModel, base_dir: Path, listing: Listing) -> Bound:
         if not isinstance(tools, list):
             problems.append((("servers", server), f"no tool listing for MCP server '{server}'", ""))
             continue
-        names = [str(tool.get("name")) for tool in tools if isinstance(tool, dict)]
+        names = [
+            name
+            for tool in tools
+            if isinstance(tool, dict) and _TOOL_NAME.match(name := str(tool.get("name")))
+        ]
         for index, pattern in enumerate(spec.tools):
             if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
                 problems.append(
@@ -136,7 +141,24 @@ def _bind(grant: BaseModel, base_dir: Path, listing: Listing) -> Bound:
             _add_tool(server, spec.tools, tool, actions, withheld)
     if problems:
         raise DiscoveryFailed(FAMILY, problems, code="bad-grant")
-    return Bound(actions, withheld)
+    return Bound(_distinct_for_models(actions, withheld), withheld)
+
+
+def _distinct_for_models(actions: list[Action[Any]], withheld: dict[str, str]) -> list[Action[Any]]:
+    """The actions whose function names for models (`mcp.a.b` → `mcp__a__b`) are unique;
+    the others are withheld, all of each clashing group, since no name says which one."""
+    by_function: dict[str, list[str]] = {}
+    for action in actions:
+        by_function.setdefault(tool_name_for(action.name), []).append(action.name)
+    clashing = {name for names in by_function.values() if len(names) > 1 for name in names}
+    for function, names in by_function.items():
+        for name in names if len(names) > 1 else ():
+            others = ", ".join(n for n in names if n != name)
+            withheld[name] = (
+                f"'{name}' cannot be used: a model would call it {function}, as it would "
+                f"call {others}; rename the tool on its server"
+            )
+    return [action for action in actions if action.name not in clashing]
 
 
 def _add_tool(
@@ -155,6 +177,9 @@ def _add_tool(
             f"'{name}' is a tool of MCP server '{server}' that its grant does not allow "
             f"(tools: {', '.join(globs)})"
         )
+        return
+    if tool.get("unusable"):
+        withheld[name] = f"'{name}' cannot be used: {tool['unusable']}"
         return
     try:
         model = params_model(name, dict(tool.get("input_schema") or {"type": "object"}))
@@ -206,6 +231,13 @@ async def _call(server: str, tool: str, params: SchemaParams, ctx: CallContext) 
         _block(block.model_dump(mode="json", by_alias=True, exclude_none=True))
         for block in answer.content
     ]
+    if nesting(answer.structured_content) > MAX_NESTING or any(
+        nesting(block) > MAX_NESTING for block in content
+    ):
+        raise StepFailed(
+            f"{FAMILY}.{server}.{tool}: the result nests deeper than {MAX_NESTING} levels",
+            step_id=ctx.step_id,
+        )
     result = McpResult(
         content=content,
         structured=answer.structured_content,

@@ -261,7 +261,9 @@ class Registry:
         """List and bind what `wanted` names; what only partly failed goes to `partial`
         (not cached: the next bind asks again)."""
 
-        async def one(key: tuple[str, str, str], family: Family, grant: BaseModel) -> None:
+        async def one(
+            key: tuple[str, str, str], family: Family, grant: BaseModel
+        ) -> list[DiscoveryFailed]:
             discovery = family.discovery
             assert discovery is not None
 
@@ -271,22 +273,25 @@ class Registry:
             try:
                 listing = await self.listings.listing(family.name, key[1], live)
             except DiscoveryFailed as failure:
-                if failure.partial is not None:
-                    partial[key] = discovery.bind(grant, base_dir, failure.partial)
-                raise
-            self._bound[key] = discovery.bind(grant, base_dir, listing)
+                if failure.partial is None:
+                    return [failure]
+                listing, failures = failure.partial, [failure]
+            else:
+                failures = []
+            try:
+                bound = discovery.bind(grant, base_dir, listing)
+            except DiscoveryFailed as failure:
+                return [*failures, failure]
+            if failures:
+                partial[key] = bound
+            else:
+                self._bound[key] = bound
+            return failures
 
-        outcomes = await asyncio.gather(
-            *(one(key, family, grant) for key, (family, grant) in wanted.items()),
-            return_exceptions=True,
+        found = await asyncio.gather(
+            *(one(key, family, grant) for key, (family, grant) in wanted.items())
         )
-        failures: list[DiscoveryFailed] = []
-        for outcome in outcomes:
-            if isinstance(outcome, DiscoveryFailed):
-                failures.append(outcome)
-            elif isinstance(outcome, BaseException):
-                raise outcome
-        return failures
+        return [failure for failures in found for failure in failures]
 
     def catalogue(self, granted: Iterable[str] | None = None) -> list[ToolEntry]:
         """The actions (of the `granted` families, or all), by name, with params schemas."""

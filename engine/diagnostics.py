@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel
 
+from engine._sanitize import neutralize
+
 __all__ = ["Diagnostic", "NodePath", "SourceMap", "did_you_mean", "render_diagnostics"]
 
 NodePath = tuple[str | int, ...]
@@ -91,16 +93,20 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
 
 
 def render_diagnostics(diagnostics: Sequence[Diagnostic], source: SourceMap | None) -> str:
-    """Human-readable text: headline, the offending line, a caret, and the hint."""
+    """Human-readable text: headline, the offending line, a caret, and the hint.
+
+    Control characters are made visible (`neutralize`): a message may quote what a server
+    or a model wrote (a crashing server's stderr, tool names), headed for a terminal.
+    """
     chunks: list[str] = []
     for diag in diagnostics:
-        text = [diag.headline()]
+        text = [neutralize(diag.headline())]
         if source is not None and 1 <= diag.line <= len(source.lines):
             line = source.lines[diag.line - 1].rstrip("\n")
             gutter = f"{diag.line:>5} | "
-            text.append(f"{gutter}{line}")
+            text.append(f"{gutter}{neutralize(line)}")
             text.append(" " * (len(gutter) + max(diag.column - 1, 0)) + "^")
         if diag.hint:
-            text.append(f"  hint: {diag.hint}")
+            text.append(f"  hint: {neutralize(diag.hint)}")
         chunks.append("\n".join(text))
     return "\n".join(chunks)

@@ -25,6 +25,7 @@ from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from engine._limits import TooDeep, decode_json, loads_json
+from engine._secrets import Secrets
 from engine.errors import ConfigurationError, StepFailed, StepTimeout
 from engine.llm_config import Budget, LLMConfig, resolve_llm_config
 
@@ -127,6 +128,7 @@ class LLMClient:
     json_mode: JsonMode = "json_schema"  # downgraded when the endpoint refuses it
     on_call: Callable[[ChatResult], None] | None = None  # per-call usage, e.g. as events
     answers: Answers = field(default_factory=lambda: LiveAnswers())  # or a cassette
+    secrets: Secrets = field(default_factory=Secrets)  # redacted from all the model is sent
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -194,9 +196,14 @@ class LLMClient:
             StepTimeout: the last attempt timed out.
         """
         self.budget.check()
+        # Tool output, tool descriptions and errors may quote a secret (a token a server
+        # echoes back): the model never sees one. The environment is read again each time,
+        # for variables grants declared secret since the client was made.
+        self.secrets.add_environ()
+        messages = self.secrets.redact_value(messages)
         kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages}
         if tools:
-            kwargs["tools"] = tools
+            kwargs["tools"] = self.secrets.redact_value(tools)
         if response_format is not None:
             kwargs["response_format"] = response_format
         if self.config.temperature is not None:

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from engine._sanitize import neutralize
+from engine._secrets import Secrets
 from engine.app.output import EXIT_OK, load, print_json
 from engine.capability import Registry
 
@@ -48,6 +49,8 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         }
         for tool in registry.catalogue()
     ]
+    # What servers describe is theirs: it may quote a credential the grant sends them.
+    rows = Secrets.from_environ().redact_value(rows)
     if args.json:
         print_json(rows)
         return EXIT_OK
@@ -59,9 +62,9 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         effect = {True: "side effects", False: "read-only"}.get(row["side_effects"], "per call")
         print(neutralize(f"{row['name']:<{width}}  {effect:<12}  {row['description']}"))
         print(neutralize(f"{'':<{width}}  params: {params}"))
-    for name, family in sorted(registry.families.items()):
-        if family.discovery is not None and not any(r["family"] == name for r in rows):
-            print(f"{name}.*  {family.description}: `planloom tools RECIPE` lists a recipe's")
+    for name, discovering in sorted(registry.families.items()):
+        if discovering.discovery is not None and not any(r["family"] == name for r in rows):
+            print(f"{name}.*  {discovering.description}: `planloom tools RECIPE` lists a recipe's")
     print("\nconfinement on this machine:")
     for family, report in sorted(layers.items()):
         for layer, state in report.items():
