@@ -94,6 +94,20 @@ def planloom(
     )
 
 
+def start(*args: str | Path, cwd: Path, new_session: bool = False) -> subprocess.Popen[str]:
+    """Start `planloom ARGS` with no stdin and piped output, for a test to watch it run."""
+    return subprocess.Popen(
+        [PLANLOOM, *map(str, args)],
+        cwd=cwd,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=new_session,
+    )
+
+
 def run_json(recipe: str | Path, cwd: Path) -> tuple[subprocess.CompletedProcess[str], Any]:
     """`planloom run RECIPE --yes --json`: the process and its JSON result (no traceback)."""
     proc = planloom("run", recipe, "--yes", "--json", cwd=cwd)

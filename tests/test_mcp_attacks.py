@@ -29,7 +29,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from _procs import PLANLOOM, env, gone, marker_seconds, pids_with
+from _procs import PLANLOOM, env, gone, marker_seconds, pids_with, start
 
 import capabilities._mcp_http as mcp_http
 from capabilities import shell
@@ -157,16 +157,7 @@ def test_a_catastrophic_pattern_in_an_input_schema_does_not_hang_validation(
     folder.tools([{"name": "find", "inputSchema": schema, "annotations": {"readOnlyHint": True}}])
     folder.recipe(f"  - id: find\n    tool: mcp.evil.find\n    params: {{q: {'a' * 48}!}}\n")
 
-    process = subprocess.Popen(
-        [PLANLOOM, "validate", "r.yaml", "--json"],
-        cwd=folder.root,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = start("validate", "r.yaml", "--json", cwd=folder.root, new_session=True)
     try:
         stdout, _ = process.communicate(timeout=8)
     except subprocess.TimeoutExpired:
@@ -665,16 +656,7 @@ def test_nothing_outlives_planloom_interrupted_mid_call_with_a_daemonized_child(
         f"  - id: hang\n    tool: mcp.evil.exec\n    params: {{code: {json.dumps(code)}}}\n"
         "    timeout: 300\n"
     )
-    process = subprocess.Popen(
-        [PLANLOOM, "run", "r.yaml", "--json"],
-        cwd=folder.root,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        start_new_session=True,
-    )
+    process = start("run", "r.yaml", "--json", cwd=folder.root, new_session=True)
     try:
         deadline = time.monotonic() + 30
         while len(folder.alive()) < 2:  # the server and its detached `sleep`

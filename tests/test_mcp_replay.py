@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import PLANLOOM, TIMEOUT, env
+from _procs import TIMEOUT, start
 from mcp_servers.project import Project, make_project, no_traceback
 
 from engine.cassette import Cassette
@@ -93,15 +93,7 @@ def recorded(
 def watched(project: Project, *args: str) -> tuple[subprocess.CompletedProcess[str], set[int]]:
     """Run `planloom ARGS` while watching /proc for the project's servers; those seen."""
     seen: set[int] = set()
-    with subprocess.Popen(
-        [PLANLOOM, *args],
-        cwd=project.root,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    ) as process:
+    with start(*args, cwd=project.root) as process:
         deadline = time.monotonic() + TIMEOUT
         while process.poll() is None:
             seen.update(project.servers_alive())
