@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Set
 from pathlib import Path
 from typing import Any
@@ -160,22 +161,17 @@ def _params(
     try:
         model.model_validate(params)
     except ValidationError as exc:
-        schema = model.model_json_schema()
-        required = set(schema.get("required", []))
-        accepted = ", ".join(
-            f"{name}{'' if name in required else '?'}" for name in schema.get("properties", {})
-        )
         for error in exc.errors(include_url=False):
             loc = tuple(error["loc"])
             if any(loc[: len(t)] == t for t in templated):
                 continue  # the value is known only at run time
             if error["type"] == "extra_forbidden":
+                names, accepted = _accepted(model)
                 report(
                     (*path, "params", *loc),
                     "bad-params",
                     f"{tool} has no param '{loc[-1]}'",
-                    did_you_mean(str(loc[-1]), schema.get("properties", {}))
-                    or f"{tool} takes: {accepted}",
+                    did_you_mean(str(loc[-1]), names) or f"{tool} takes: {accepted}",
                     key=True,
                 )
             elif error["type"] == "missing":
@@ -183,7 +179,7 @@ def _params(
                     (*path, "params"),
                     "bad-params",
                     f"{tool} needs param '{dotted(loc)}'",
-                    f"{tool} takes: {accepted} (? = optional)",
+                    f"{tool} takes: {_accepted(model)[1]} (? = optional)",
                 )
             else:
                 report(
@@ -191,3 +187,14 @@ def _params(
                     "bad-params",
                     f"{tool} param '{dotted(loc)}': {lower(error['msg'])}",
                 )
+
+
+@functools.lru_cache(maxsize=1024)
+def _accepted(model: type[BaseModel]) -> tuple[tuple[str, ...], str]:
+    """A params model's param names, and them as a hint (`path, limit?`), from its JSON
+    schema (an MCP tool's model has no fields of its own). Only on the error path: most
+    errors are under templated values, which are skipped."""
+    schema = model.model_json_schema()
+    required = set(schema.get("required", []))
+    names = tuple(schema.get("properties", {}))
+    return names, ", ".join(f"{name}{'' if name in required else '?'}" for name in names)
