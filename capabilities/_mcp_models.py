@@ -16,16 +16,21 @@ from engine._secrets import declare_secret_env_names
 
 __all__ = [
     "FAMILY",
+    "MAX_NESTING",
     "HttpServer",
     "McpGrant",
     "McpResult",
     "Server",
     "StdioServer",
     "is_loopback_host",
+    "nesting",
 ]
 
 FAMILY = "mcp"
 SERVER_NAME = r"^[a-z0-9][a-z0-9_-]*$"
+MAX_NESTING = 64
+"""Deepest a tool's schema or result may nest: a cassette holding it stays within the
+100 levels every YAML file planloom reads is held to."""
 
 
 class _Server(BaseModel):
@@ -165,3 +170,19 @@ def is_loopback_host(host: str) -> bool:
         return ipaddress.ip_address(name.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def nesting(value: Any) -> int:
+    """How deep lists and mappings nest in `value` (0 for a scalar), counted without
+    recursion, and no further than `MAX_NESTING + 1`."""
+    deepest = 0
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            if depth > MAX_NESTING:
+                return depth
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest

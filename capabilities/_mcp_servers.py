@@ -32,13 +32,13 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from capabilities._mcp_http import checked_client
-from capabilities._mcp_models import FAMILY, McpGrant, Server, StdioServer
+from capabilities._mcp_models import FAMILY, MAX_NESTING, McpGrant, Server, StdioServer, nesting
 from capabilities._mcp_stdio import ConfinedStdio, StdioLaunch
 from capabilities._shell_env import is_refused_env
 from capabilities._shell_paths import SAFE_PATH
 from engine.errors import CapabilityDenied, ConfigurationError, StepFailed
 
-__all__ = ["MAX_NESTING", "Connection", "Servers", "list_tools", "nesting", "session"]
+__all__ = ["Connection", "Servers", "list_tools", "session"]
 
 _CLIENT = mcp_types.Implementation(name="planloom", version="0.1.0")
 _MAX_TOOLS = 1000  # tools taken from one server
@@ -46,9 +46,6 @@ _MAX_PAGES = 100  # pages of tools/list
 _MAX_NAME = 128  # characters of a tool's name kept (longer names are not usable)
 _MAX_TEXT = 2000  # characters of a tool's title and description kept
 _MAX_SCHEMA = 256 * 1024  # bytes of one inputSchema (as JSON)
-MAX_NESTING = 64
-"""Deepest a tool's schema or result may nest: a cassette holding it stays within the
-100 levels every YAML file planloom reads is held to."""
 _STOP_GRACE = 10.0  # seconds a session may take to wind down
 _FAILURE_POLLS, _FAILURE_POLL = 20, 0.025  # how long to wait for a dead server's exit report
 
@@ -255,22 +252,6 @@ def _tool_json(tool: mcp_types.Tool, globs: list[str]) -> dict[str, Any]:
         "read_only": bool(notes is not None and notes.read_only_hint is True),
         "destructive": bool(notes is not None and notes.destructive_hint is True),
     }
-
-
-def nesting(value: Any) -> int:
-    """How deep lists and mappings nest in `value` (0 for a scalar), counted without
-    recursion, and no further than `MAX_NESTING + 1`."""
-    deepest = 0
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            if depth > MAX_NESTING:
-                return depth
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 class _Session:

@@ -23,20 +23,30 @@ import fnmatch
 import functools
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
 from capabilities._mcp_http import MissingVariable
-from capabilities._mcp_models import FAMILY, HttpServer, McpGrant, McpResult, StdioServer
+from capabilities._mcp_models import (
+    FAMILY,
+    MAX_NESTING,
+    HttpServer,
+    McpGrant,
+    McpResult,
+    StdioServer,
+    nesting,
+)
 from capabilities._mcp_schema import SchemaParams, params_model
-from capabilities._mcp_servers import MAX_NESTING, Servers, list_tools, nesting
 from capabilities.shell import confinement_report
 from engine._sanitize import cap, neutralize
 from engine.agent import tool_name_for
 from engine.capability import Action, CallContext, Family, Registry
 from engine.discovery import Bound, Discovery, DiscoveryFailed, Listing
 from engine.errors import ConfigurationError, StepFailed
+
+if TYPE_CHECKING:
+    from capabilities._mcp_servers import Servers
 
 __all__ = ["HttpServer", "McpGrant", "McpResult", "StdioServer", "register"]
 
@@ -65,12 +75,21 @@ def _grant(grant: BaseModel) -> McpGrant:
     return McpGrant.model_validate(grant.model_dump())
 
 
+# The SDK is imported where a server is first needed (`_mcp_servers`): importing it costs
+# half a second, which every command (`validate` of a recipe without MCP, `schema`) would
+# otherwise pay.
+
+
 def _scope(grant: BaseModel, base_dir: Path) -> Servers:
+    from capabilities._mcp_servers import Servers
+
     return Servers(_grant(grant), base_dir)
 
 
 async def _listing(grant: BaseModel, base_dir: Path) -> Listing:
     """Every granted server's tools, listed at once; each server that fails is a problem."""
+    from capabilities._mcp_servers import list_tools
+
     servers = _grant(grant).servers
     found = await asyncio.gather(
         *(list_tools(name, spec, base_dir) for name, spec in servers.items()),
@@ -219,6 +238,8 @@ async def _call(server: str, tool: str, params: SchemaParams, ctx: CallContext) 
     Raises:
         StepFailed: the tool reported an error, or the server could not start or broke off.
     """
+    from capabilities._mcp_servers import Servers
+
     servers = ctx.scope
     if not isinstance(servers, Servers):
         raise StepFailed(

@@ -18,6 +18,8 @@ from __future__ import annotations
 import io
 import json
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -672,3 +674,21 @@ def test_tools_lists_the_recipes_mcp_tools_with_schemas_and_side_effects(
     assert "read-only" in lines["mcp.notes.search"]
     assert "side effects" in lines["mcp.notes.add_note"]
     assert "side effects" in lines["mcp.notes.delete_all"]
+
+
+# -- start-up ------------------------------------------------------------------------------
+
+
+def test_commands_that_need_no_server_do_not_load_the_mcp_sdk() -> None:
+    """Loading the SDK costs about half a second: only a recipe with MCP servers pays it."""
+    code = (
+        "import sys\n"
+        "from engine.app.registry import build_registry\n"
+        "registry = build_registry()\n"
+        "assert 'mcp' in registry.families\n"
+        "print(sorted(m for m in sys.modules if m == 'mcp' or m.startswith('mcp.')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.strip() == "[]", done.stdout
