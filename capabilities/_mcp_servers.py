@@ -281,11 +281,12 @@ class _Session:
             raise
 
     async def stop(self) -> None:
+        """End the session and its server, waiting a bounded time; a cancel of the caller
+        still cancels it (only the session's own end is waited for, not raised)."""
         self._stop.set()
         if not self.ready.done():
             self.task.cancel()
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(asyncio.shield(self.task), _STOP_GRACE)
+        await asyncio.wait({self.task}, timeout=_STOP_GRACE)
         if not self.task.done():
             self.task.cancel()
 
