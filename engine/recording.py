@@ -1,7 +1,8 @@
 """Recording and replaying a run: the `Tape` between the run and the world.
 
 A `Tape` wraps the places a run meets the world: `tape.answers` is the model client's
-`Answers`, `tape.results` the sandbox's `Results`, and `TapeApprover` wraps the approver
+`Answers`, `tape.results` the sandbox's `Results`, `tape.listings` the registry's
+`Listings` (the tools MCP servers list), and `TapeApprover` wraps the approver
 (`tape.decisions`, which also reviews model-written plans). In a replay it serves every
 recorded entry from the cassette (`engine.cassette`) and never calls a model or makes a side
 effect; a request with no recording raises `ReplayMismatch`, which names the step and shows
