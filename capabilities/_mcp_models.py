@@ -6,12 +6,11 @@ endpoint (`url`); its `tools` globs are the only tools a recipe or a model may c
 
 from __future__ import annotations
 
-import ipaddress
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
 
-from capabilities._net import canonical_host, parse_url
+from capabilities._net import canonical_host, literal_address, parse_url
 from engine._secrets import declare_secret_env_names
 
 __all__ = [
@@ -164,12 +163,8 @@ def is_loopback_host(host: str) -> bool:
         name = canonical_host(host)
     except ValueError:
         return False
-    if name == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(name.strip("[]")).is_loopback
-    except ValueError:
-        return False
+    address = literal_address(name.strip("[]"))
+    return name == "localhost" or (address is not None and address.is_loopback)
 
 
 def nesting(value: Any) -> int:
