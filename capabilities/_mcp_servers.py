@@ -251,6 +251,7 @@ def _tool_json(tool: mcp_types.Tool, globs: list[str]) -> dict[str, Any]:
         "unusable": unusable,
         "read_only": bool(notes is not None and notes.read_only_hint is True),
         "destructive": bool(notes is not None and notes.destructive_hint is True),
+        "idempotent": bool(notes is not None and notes.idempotent_hint is True),
     }
 
 

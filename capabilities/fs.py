@@ -82,7 +82,13 @@ def register(registry: Registry) -> None:
     registry.add(Action("fs.read", "Read a text file.", ReadParams, read_file, ReadResult, False))
     registry.add(
         Action(
-            "fs.write", "Write a file, replacing it.", WriteParams, write_file, WriteResult, True
+            "fs.write",
+            "Write a file, replacing it.",
+            WriteParams,
+            write_file,
+            WriteResult,
+            True,
+            idempotent=True,  # the same content twice leaves the same file
         )
     )
     registry.add(

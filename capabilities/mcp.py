@@ -5,7 +5,8 @@ is validated, each server is started (or reached) and asked `tools/list`: the to
 `tools` globs allow become actions, with params checked against their `inputSchema`
 (`_mcp_schema`); the others are withheld, and naming one is refused as not granted. A tool
 marked `readOnlyHint: true` is read-only; any other has side effects, so `confirm: auto`
-gates it, and `destructiveHint: true` is said in the gate.
+gates it, and `destructiveHint: true` is said in the gate. `idempotentHint: true` makes it
+idempotent: a resumed run makes such a call again when it was in flight at a crash.
 
 During a run the family's scope (`_mcp_servers.Servers`) connects to a server on its first
 call and stops it, with its whole process tree, when the run ends. Stdio servers run
@@ -207,6 +208,7 @@ def _add_tool(
         return
     read_only = tool.get("read_only") is True
     destructive = tool.get("destructive") is True
+    idempotent = tool.get("idempotent") is True
     actions.append(
         Action(
             name,
@@ -215,12 +217,14 @@ def _add_tool(
             functools.partial(_call, server, tool_name),
             result_model=McpResult,
             side_effects=not read_only,
+            idempotent=idempotent,
             gate_note="the server marks this tool destructive" if destructive else None,
             details={
                 "server": server,
                 "tool": tool_name,
                 "read_only": read_only,
                 "destructive": destructive,
+                "idempotent": idempotent,
             },
         )
     )

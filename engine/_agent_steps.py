@@ -73,7 +73,12 @@ class AgentSteps:
 
         async def call_tool(name: str, arguments: dict[str, Any]) -> Any:
             return await self.sandbox.call(
-                name, arguments, step_id=step.id, attempt=attempt, confirm=confirm
+                name,
+                arguments,
+                step_id=step.id,
+                attempt=attempt,
+                confirm=confirm,
+                idempotent=step.idempotent,
             )
 
         task = AgentTask(

@@ -180,6 +180,7 @@ class Attempts:
                     timeout=action.timeout,
                     data_paths=action.data_paths,
                     data_literals=action.data_literals,
+                    idempotent=step.idempotent,
                 )
         except StepError as exc:
             self.events.emit(

@@ -24,6 +24,7 @@ from engine.model import Limits, Plan
 from engine.recording import OfflineModel, TapeApprover
 from engine.render import plan_has_side_effects
 from engine.results import RunResult, StepResult, Usage
+from engine.sandbox import LiveResults, Results
 from engine.validation import validate_plan
 
 if TYPE_CHECKING:
@@ -36,10 +37,12 @@ _T = TypeVar("_T")
 
 @dataclass
 class SessionResult:
-    """A session's result, and the run's secrets (to redact what is printed)."""
+    """A session's result, the run's secrets (to redact what is printed), and the run store
+    it was journaled in, if any."""
 
     result: RunResult
     secrets: Secrets | None
+    store: str | None = None
 
 
 @dataclass
@@ -54,6 +57,7 @@ class SessionRun:
     inputs: dict[str, str]
     limits: Limits
     config: LLMConfig | None
+    kept: dict[str, StepResult] = field(default_factory=dict)
     planned: list[Plan | None] = field(default_factory=list)
 
     def _client(self) -> LLMClient | None:
@@ -70,7 +74,13 @@ class SessionRun:
         )
         if session.tape is not None:
             client.answers = session.tape.answers
+        if session.journal is not None:
+            client.answers = session.journal.answers(client.answers)
         return client
+
+    def _run_id(self) -> str:
+        journal = self.session.journal
+        return journal.run_id if journal is not None else "-"
 
     async def go(self, plan: Plan | None) -> SessionResult:
         client = self._client()
@@ -85,11 +95,16 @@ class SessionRun:
                 except StepError as exc:  # the model failed us: nothing ran
                     self.frontend.say(f"planning failed: {exc.message}")
                     failed = RunResult(
-                        run_id="-", status="failed", errors=[exc.message], usage=_spent(client)
+                        run_id=self._run_id(),
+                        status="failed",
+                        errors=[exc.message],
+                        usage=_spent(client),
                     )
                     return SessionResult(failed, None)
                 if plan is None:
-                    rejected = RunResult(run_id="-", status="rejected", usage=_spent(client))
+                    rejected = RunResult(
+                        run_id=self._run_id(), status="rejected", usage=_spent(client)
+                    )
                     return SessionResult(rejected, None)
             assert plan is not None
             return await self._run_and_replan(plan, client)
@@ -98,7 +113,7 @@ class SessionRun:
                 await client.aclose()
 
     async def _run_and_replan(self, plan: Plan, client: LLMClient | None) -> SessionResult:
-        outcome = await self._execute(plan, client, {})
+        outcome = await self._execute(plan, client, self.kept)
         rounds = plan.replan.max if plan.replan and self.goal is not None else 0
         while outcome.result.status == "failed" and rounds > 0 and client is not None:
             rounds -= 1
@@ -176,6 +191,13 @@ class SessionRun:
         approver = attached.approver
         if session.tape is not None:
             approver = TapeApprover(session.tape, approver)
+        results: Results = session.tape.results if session.tape is not None else LiveResults()
+        journal = session.journal
+        if journal is not None:
+            approver = journal.approver(approver)
+            results = journal.results(results)
+            model = self.config.model if self.config is not None else None
+            journal.plan(plan.to_data(), inputs=self.inputs, model=model)
         executor = Executor(
             plan,
             registry=session.registry,
@@ -190,9 +212,12 @@ class SessionRun:
             llm=client,
             preloaded=preloaded,
             dry_run=session.options.dry_run,
-            tool_results=session.tape.results if session.tape is not None else None,
+            tool_results=results,
+            run_id=journal.run_id if journal is not None else None,
         )
         events.run_id = executor.run_id
+        if journal is not None:
+            journal.watch(executor)
         with attached.showing:
             result = await _with_signals(executor, self.frontend.say)
         return SessionResult(result, executor.secrets)

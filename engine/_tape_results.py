@@ -59,6 +59,10 @@ class TapeResults:
             for d in digests
         )
 
+    def in_doubt(self, call: ToolCall) -> str | None:
+        """A cassette holds whole calls only: none is in doubt."""
+        return None
+
     async def result(
         self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool = False
     ) -> Any:

@@ -9,7 +9,12 @@ Every `Decision` says who made it, in `by`: `--yes`, `--no`, `terminal` (also `t
 (approve all)`, `terminal (edited)`), `fail-closed` (no terminal and no flag), `policy:N`
 (rule N of the `--policy` file; `policy:default` when no rule matched; `policy:N→terminal`
 when the rule asked the person), `recorded` (replayed from a cassette, for a call whose
-result is replayed too) or `error` (the approver broke, so the gate failed closed).
+result is replayed too), `journal` (a resumed run's call that ran before the resume: its
+result is reused, nothing runs) or `error` (the approver broke, so the gate failed closed).
+
+A call *in doubt* (`GateRequest.in_doubt`: a resumed run's side-effect call that was in
+flight when the run stopped, so it may already have happened) is approved only by a person
+at the terminal: `--yes`, `--no`, a policy's `allow` and "approve all" deny it, saying why.
 """
 
 from __future__ import annotations
@@ -33,6 +38,7 @@ from engine.questions import Question, parse_answer
 from engine.results import Decision
 
 __all__ = [
+    "IN_DOUBT",
     "ApproveAll",
     "Approver",
     "DenyAll",
@@ -67,6 +73,9 @@ class GateRequest(BaseModel):
     """The call's result is served from a cassette, so nothing runs: only then may a
     decision recorded in the cassette answer it. A call that runs live is always decided
     by the live approver, whatever the cassette holds."""
+    in_doubt: bool = False
+    """The call may already have happened (it was in flight when the run being resumed
+    stopped): only a person may approve making it again."""
 
     def decision(
         self,
@@ -116,6 +125,8 @@ class ApproveAll:
     """Approves everything (`--yes`)."""
 
     async def decide(self, request: GateRequest) -> Decision:
+        if request.in_doubt:
+            return request.decision(False, "--yes", IN_DOUBT)
         return request.decision(True, "--yes")
 
     async def answer(self, step_id: str, question: Question) -> Any:
@@ -135,6 +146,14 @@ class DenyAll:
         return _unattended(question, "--no")
 
 
+IN_DOUBT = (
+    "this call may already have happened, and only a person can decide to make it again "
+    "(--yes and policies cannot): resume in a terminal to answer, or mark the step "
+    "'idempotent: true' if making it twice is harmless"
+)
+"""The reason a call in doubt is denied by anything but a person."""
+
+
 class FailClosed:
     """No terminal and no flag: every gate is denied, saying how to approve."""
 
@@ -144,6 +163,8 @@ class FailClosed:
     )
 
     async def decide(self, request: GateRequest) -> Decision:
+        if request.in_doubt:
+            return request.decision(False, "fail-closed", f"no terminal: {IN_DOUBT}")
         return request.decision(False, "fail-closed", self.reason)
 
     async def answer(self, step_id: str, question: Question) -> Any:
@@ -169,7 +190,7 @@ class TerminalApprover:
         self.approve_all = False
 
     async def decide(self, request: GateRequest) -> Decision:
-        if self.approve_all:
+        if self.approve_all and not request.in_doubt:
             return request.decision(True, "terminal (approve all)")
         # Long values folded, escapes made visible: params may come from tool output.
         folded, _ = sanitize_for_llm(request.params, limit=_SHOWN_VALUE)
@@ -291,7 +312,7 @@ class Gatekeeper:
         self.redact = redact
         self.on_quit = on_quit
         self.decisions: list[Decision] = []
-        self._cache: dict[tuple[str, str, str, bool], Decision] = {}
+        self._cache: dict[tuple[str, str, str, bool, bool], Decision] = {}
         self._lock = asyncio.Lock()
 
     async def ask(self, step_id: str, question: Question) -> Any:
@@ -308,6 +329,7 @@ class Gatekeeper:
         validate: Callable[[Any], str | None] | None = None,
         *,
         replayed: bool = False,
+        in_doubt: bool = False,
     ) -> Decision:
         """The decision on one call, approving or not (with `edited_params` if the person
         changed them); asked once per exact call.
@@ -316,14 +338,15 @@ class Gatekeeper:
             replayed: the call's result will be served from a cassette (see
                 `GateRequest.replayed`). Decisions are remembered separately for replayed
                 and live calls, so a recorded decision never answers a live call.
+            in_doubt: the call may already have happened (see `GateRequest.in_doubt`).
         """
         digest = params_hash(params)
-        key = (step_id, action, digest, replayed)
+        key = (step_id, action, digest, replayed, in_doubt)
         async with self._lock:
             decision = self._cache.get(key)
             if decision is None:
                 decision = await self._ask(
-                    step_id, action, params, digest, reason, validate, replayed
+                    step_id, action, params, digest, reason, validate, replayed, in_doubt
                 )
                 self._cache[key] = decision
                 self.decisions.append(decision)
@@ -357,6 +380,7 @@ class Gatekeeper:
         reason: str,
         validate: Callable[[Any], str | None] | None,
         replayed: bool,
+        in_doubt: bool = False,
     ) -> Decision:
         # The approver sees params with secrets redacted; the hash binds the real ones.
         shown = self.redact(params) if self.redact is not None else params
@@ -367,6 +391,7 @@ class Gatekeeper:
             params_hash=digest,
             reason=reason,
             replayed=replayed,
+            in_doubt=in_doubt,
         )
         for _ in range(self.MAX_EDITS):
             try:

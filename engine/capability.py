@@ -148,6 +148,9 @@ class Action(Generic[P]):
         recorded: whether a cassette records the call's result. False for actions whose own
             inputs are recorded instead (a model's answers, a person's), so that on replay
             the action runs again over the replayed inputs.
+        idempotent: making a call twice has the effect of making it once, so a resumed
+            run may make again a call that was in flight when the run stopped (read-only
+            actions are, whatever this says).
         gate_note: a line the confirmation gate shows besides "has side effects" (an MCP
             tool its server marks destructive).
         details: facts for catalogues (`planloom tools`), e.g. an MCP tool's server.
@@ -161,6 +164,7 @@ class Action(Generic[P]):
     side_effects: bool | Callable[[P], bool] = True
     interruptible: bool = True
     recorded: bool = True
+    idempotent: bool = False
     gate_note: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     family: str = field(init=False)

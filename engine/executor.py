@@ -357,9 +357,10 @@ class Executor:
         /,
         *,
         replayed: bool = False,
+        in_doubt: bool = False,
     ) -> Any:
         decision = await self.gatekeeper.decide(
-            step_id, action, params, reason, validate, replayed=replayed
+            step_id, action, params, reason, validate, replayed=replayed, in_doubt=in_doubt
         )
         # Every decision is audited with its source (`by`): approved or not.
         edited = decision.edited_params is not None
@@ -374,6 +375,7 @@ class Executor:
             action=action,
             approved=decision.approved,
             by=decision.by,
+            in_doubt=in_doubt or None,
             **detail,
         )
         if not decision.approved:

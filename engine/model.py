@@ -107,6 +107,12 @@ class Step(_Model):
     when: bool | str | None = None
     for_each: str | list[Any] | None = None
     max_parallel: int | None = Field(None, ge=1, le=1024)
+    idempotent: bool = Field(
+        False,
+        description="Making this step's calls twice has the effect of making them once: a "
+        "resumed run makes a call that was in flight when the run stopped again without "
+        "asking.",
+    )
 
     @model_validator(mode="after")
     def _one_action(self) -> Step:

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine._policy_file import load_policy, parse_policy_text
 from engine._policy_rules import ParamPattern, Policy, PolicyRule, Scalar, Verdict
-from engine.approval import Approver, GateRequest, _unattended
+from engine.approval import IN_DOUBT, Approver, GateRequest, _unattended
 from engine.results import Decision
 
 if TYPE_CHECKING:
@@ -83,6 +83,10 @@ class PolicyApprover:
         # the policy checks whatever they finally approve (see `_ask`).
         if request.problem is not None:
             return await self._ask(request, "asked again after a refused edit", _RE_ASK)
+        if request.in_doubt:  # no rule may approve it: the person, or nobody
+            if self.ask is None:
+                return _decision(request, False, f"no terminal: {IN_DOUBT}", "fail-closed")
+            return await self._ask(request, "the call may already have happened", _DEFAULT)
         found = self.policy.match(request.action, request.params)
         if found is None:
             if self.policy.default == "deny":

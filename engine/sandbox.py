@@ -38,7 +38,8 @@ class Gate(Protocol):
     to run with (the person may have edited them; `validate` checks an edit against the
     schema; None means unchanged), or raises when denied. `replayed` says the call's result
     will be served from a cassette (nothing runs), the only case in which a recorded
-    decision may answer it."""
+    decision may answer it. `in_doubt` says the call may already have happened (it was in
+    flight when the run it resumes stopped): only a person may approve it."""
 
     def __call__(
         self,
@@ -50,6 +51,7 @@ class Gate(Protocol):
         /,
         *,
         replayed: bool = False,
+        in_doubt: bool = False,
     ) -> Awaitable[Any]: ...
 
 
@@ -60,7 +62,8 @@ class ToolCall(NamedTuple):
     """One admitted call, as the layer its result comes through sees it.
 
     `recorded` is false for actions whose own results are not recorded (their model's or
-    person's answers are, e.g. `llm.*`, `human.ask`).
+    person's answers are, e.g. `llm.*`, `human.ask`). `idempotent`: making the call twice
+    has the effect of making it once (its action or its step says so; read-only calls are).
     """
 
     step_id: str
@@ -69,6 +72,7 @@ class ToolCall(NamedTuple):
     params: Any
     read_only: bool
     recorded: bool = True
+    idempotent: bool = False
 
 
 class Results(Protocol):
@@ -87,12 +91,20 @@ class Results(Protocol):
         on the promise that `serves(call)` holds."""
         ...
 
+    def in_doubt(self, call: ToolCall) -> str | None:
+        """Why this side-effect call may already have happened (a resumed run's journal
+        has it starting and never ending), or None. Asked before the gate."""
+        ...
+
 
 class LiveResults:
     """Every result comes from running the action."""
 
     def serves(self, call: ToolCall) -> bool:
         return False
+
+    def in_doubt(self, call: ToolCall) -> str | None:
+        return None
 
     async def result(
         self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
@@ -152,11 +164,18 @@ class Sandbox:
         timeout: float | None = None,  # noqa: ASYNC109  # a per-call limit, enforced here
         data_paths: frozenset[ParamPath] = frozenset(),
         data_literals: frozenset[str] = frozenset(),
+        idempotent: bool = False,
     ) -> Any:
         """Run one action call.
 
         `data_paths` are the params paths whose raw text began with a template (see
-        `CallContext.data_paths`); the action decides what that means for it.
+        `CallContext.data_paths`); the action decides what that means for it. `idempotent`:
+        the step says its calls may be made twice (`idempotent: true`).
+
+        A side-effect call that may already have happened (`Results.in_doubt`: a resumed
+        run's call that was in flight when the run stopped) runs again unasked only if it
+        is idempotent; otherwise it goes to the gate whatever its `confirm`, marked so that
+        only a person can approve it.
 
         Raises:
             CapabilityDenied: ungranted, unknown or malformed call.
@@ -172,19 +191,32 @@ class Sandbox:
             if self.dry_run and side_effects:
                 raise DryRun(name, params, step_id=step_id)
             gated = confirm == "always" or (confirm == "auto" and side_effects)
-            call = ToolCall(step_id, attempt, name, params, not side_effects, action.recorded)
+            call = ToolCall(
+                step_id,
+                attempt,
+                name,
+                params,
+                not side_effects,
+                action.recorded,
+                idempotent or action.idempotent or not side_effects,
+            )
             replayed = False
-            if self.gate is not None and gated:
+            doubt = None if call.idempotent else self.results.in_doubt(call)
+            if doubt is not None and self.gate is None:
+                raise ApprovalDenied(f"{doubt}; nobody can be asked to run it again")
+            if self.gate is not None and (gated or doubt is not None):
                 # Settled before the gate: only a call served with nothing run may be
                 # answered by a recorded decision (a live call meets the live approver).
-                replayed = self.results.serves(call)
+                replayed = doubt is None and self.results.serves(call)
+                reason = _gate_reason(side_effects, action.gate_note)
                 approved = await self.gate(
                     step_id,
                     name,
                     params,
-                    _gate_reason(side_effects, action.gate_note),
+                    reason if doubt is None else f"{reason}; {doubt}",
                     _checker(action),
                     replayed=replayed,
+                    in_doubt=doubt is not None,
                 )
                 if approved is not None and approved is not params:  # edited by the person
                     # What the person rewrote is theirs; values left as rendered stay data.

@@ -24,11 +24,12 @@ from engine.capability import Registry
 from engine.errors import ConfigurationError, PlanValidationError
 from engine.events import EventBus
 from engine.inputs import input_text
+from engine.journal import Journal
 from engine.llm import LLMClient, LLMConfig, resolve_llm_config
 from engine.model import FallbackAction, Limits, LLMSettings, Plan
 from engine.planning import Planner, PlanOutcome, PlanReview
 from engine.recording import Tape
-from engine.results import ReplayReport, RunResult
+from engine.results import ReplayReport, RunResult, StepResult
 
 __all__ = ["Attached", "Frontend", "Session", "SessionOptions", "SessionResult", "plan_from_text"]
 
@@ -87,6 +88,8 @@ class Session:
         agent: makes the runner of `agent` steps from the session's model client.
         recorder: a cassette's tape: model answers, tool results, decisions and answers
             are recorded into it, or served from it.
+        journal: the run's journal in a run store: everything the run does is written to
+            it as it happens; a resumed run's journal serves what ran before.
     """
 
     def __init__(
@@ -97,12 +100,14 @@ class Session:
         planner: Callable[[LLMClient], Planner] | None = None,
         agent: Callable[[LLMClient], AgentRunner] | None = None,
         recorder: Tape | None = None,
+        journal: Journal | None = None,
     ) -> None:
         self.registry = registry
         self.options = options or SessionOptions()
         self.planner = planner
         self.agent = agent
         self.tape = recorder
+        self.journal = journal
         self._offline = recorder is not None and not recorder.recording
 
     def run(
@@ -113,6 +118,7 @@ class Session:
         base_dir: Path,
         frontend: Frontend,
         inputs: Mapping[str, str] | None = None,
+        kept: Mapping[str, StepResult] | None = None,
     ) -> SessionResult:
         """Run `start` and return what happened.
 
@@ -121,7 +127,8 @@ class Session:
         llm settings are what a goal is planned within); `base_dir` is where its relative
         paths start; `frontend` shows progress and plans, reviews plans and approves gates;
         `inputs` are the run inputs as text (`-i KEY=VALUE`), parsed by their
-        declared types (a replay's recorded inputs fill in the rest). A first Ctrl-C
+        declared types (a replay's recorded inputs fill in the rest); `kept` are results of
+        steps a resumed run does not run again. A first Ctrl-C
         cancels running steps (`finally` steps still run); a second one raises
         `KeyboardInterrupt` out of here.
 
@@ -134,8 +141,13 @@ class Session:
         config = self.model_config(start, base)
         given = self._inputs(inputs or {})
         limits = _settings(Limits, base, "limits")
-        run = SessionRun(self, frontend, base, base_dir, goal, given, limits, config)
+        run = SessionRun(
+            self, frontend, base, base_dir, goal, given, limits, config, dict(kept or {})
+        )
         outcome = run_async(run.go(recipe if goal is None else None))
+        if self.journal is not None:
+            self.journal.finish(outcome.result)
+            outcome.store = self.journal.store.path
         if self.tape is not None:
             first = run.planned[0] if run.planned else recipe
             self._finish_tape(

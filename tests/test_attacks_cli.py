@@ -225,6 +225,9 @@ def test_battery_through_the_cli(tmp_path: Path, battery: str) -> None:
     after = snapshot(tmp_path, jail)
     after.pop("attacks.yaml", None)
     before.pop("attacks.yaml", None)
+    # planloom's own run store beside the recipe: the one file the run itself writes
+    assert sorted(p for p in after if p not in before) == [".planloom/runs.db"]
+    after.pop(".planloom/runs.db")
     assert after == before  # nothing outside the jail was created or changed
     assert not (tmp_path / "evil.txt").exists()
     outputs = json.dumps(result)

@@ -6,7 +6,7 @@ import argparse
 
 from engine.cassette import RECORD_MODES
 
-__all__ = ["cassette_flags", "model_flags", "run_flags"]
+__all__ = ["cassette_flags", "model_flags", "run_flags", "store_flag"]
 
 
 def run_flags(parser: argparse.ArgumentParser, *, yes: str, no: str) -> None:
@@ -33,8 +33,18 @@ def run_flags(parser: argparse.ArgumentParser, *, yes: str, no: str) -> None:
         action="store_true",
         help="run read-only actions; report side effects instead of making them",
     )
+    store_flag(parser)
     model_flags(parser)
     cassette_flags(parser)
+
+
+def store_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--store",
+        metavar="PATH",
+        help="the run store (else $PLANLOOM_HOME/runs.db, else .planloom/runs.db beside the "
+        "recipe)",
+    )
 
 
 def cassette_flags(parser: argparse.ArgumentParser) -> None:

@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+import time
+import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 from engine._sanitize import neutralize
+from engine._sqlite_store import open_store, process_start
 from engine.app.logs import open_log
 from engine.app.output import EXIT_INTERRUPTED, print_json, print_result
 from engine.app.terminal import TerminalFrontend
@@ -18,14 +23,26 @@ from engine.capability import Registry
 from engine.cassette import RecordMode
 from engine.errors import ConfigurationError
 from engine.inputs import parse_assignments
+from engine.journal import Journal
 from engine.model import Plan
 from engine.policy import load_policy
 from engine.recording import Tape
+from engine.results import StepResult
 from engine.session import Session, SessionOptions, SessionResult
+from engine.store import RunRecord, default_store_path
 from planners.llm import LLMPlanner
 from planners.react import ReactAgent
 
-__all__ = ["RunSettings", "launch", "open_tape", "recorded_registry", "run_session"]
+__all__ = [
+    "Resume",
+    "RunSettings",
+    "launch",
+    "open_journal",
+    "open_tape",
+    "recorded_registry",
+    "run_session",
+    "store_path",
+]
 
 
 @dataclass(frozen=True)
@@ -47,6 +64,7 @@ class RunSettings:
     replay: str | None = None
     record_mode: RecordMode | None = None
     live_tools: bool = False
+    store: str | None = None
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> RunSettings:
@@ -57,6 +75,16 @@ class RunSettings:
         return cls(**{**given, **overrides})
 
 
+@dataclass
+class Resume:
+    """A resumed run: its journal (serving what ran before), the results of the steps it
+    keeps, and its earlier inputs (as text)."""
+
+    journal: Journal
+    kept: Mapping[str, StepResult]
+    inputs: Mapping[str, str]
+
+
 def launch(
     settings: RunSettings,
     registry: Registry,
@@ -64,14 +92,20 @@ def launch(
     base: dict[str, Any],
     base_dir: Path,
     tape: Tape | None = None,
+    *,
+    recipe: Path | None = None,
+    resume: Resume | None = None,
 ) -> int:
     """Run the session, print its result, and return the exit code.
 
     `tape`: the cassette of the settings, when the caller opened it already (to validate
-    the recipe against its tool listings).
+    the recipe against its tool listings). `recipe`: the file `start` came from (a resume
+    reads it again). `resume`: continue a stored run instead of starting one.
     """
     try:
-        outcome = run_session(settings, registry, start, base, base_dir, tape)
+        outcome = run_session(
+            settings, registry, start, base, base_dir, tape, recipe=recipe, resume=resume
+        )
     except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
         sys.stderr.write("\ninterrupted: stopped at once\n")
         if settings.json:
@@ -85,7 +119,19 @@ def launch(
                 }
             )
         return EXIT_INTERRUPTED
-    return print_result(outcome.result, outcome.secrets, as_json=settings.json)
+    code = print_result(outcome.result, outcome.secrets, as_json=settings.json)
+    result = outcome.result
+    if outcome.store is not None and result.status in ("failed", "cancelled"):
+        where = (
+            ""
+            if Path(outcome.store) == store_path(None, Path.cwd())
+            else f" --store {outcome.store}"
+        )
+        sys.stderr.write(
+            f"run {result.run_id} is stored: fix what failed, then continue it with: "
+            f"planloom resume {result.run_id}{where}\n"
+        )
+    return code
 
 
 def run_session(
@@ -95,9 +141,13 @@ def run_session(
     base: dict[str, Any],
     base_dir: Path,
     tape: Tape | None = None,
+    *,
+    recipe: Path | None = None,
+    resume: Resume | None = None,
 ) -> SessionResult:
-    """The session the settings describe, run to its end."""
-    if tape is None:
+    """The session the settings describe, run to its end, journaled in the run store
+    (unless it is a dry run or a pure replay, where nothing is live)."""
+    if tape is None and resume is None:
         tape = open_tape(settings)
     if tape is not None and registry.listings is not tape.listings:
         registry = registry.with_listings(tape.listings)
@@ -113,6 +163,12 @@ def run_session(
     )
     session.model_config(start, base)  # no model configured: said before anything else
     inputs = parse_assignments(list(settings.inputs))
+    if resume is not None:
+        inputs = {**resume.inputs, **inputs}
+        session.journal = resume.journal
+    else:
+        name = start.name if isinstance(start, Plan) else str(base.get("name") or "plan")
+        session.journal = open_journal(settings, base_dir, tape, name=name, recipe=recipe)
     policy = load_policy(settings.policy, registry=registry) if settings.policy else None
     log_stream = open_log(settings.log_file) if settings.log_file else None
     frontend = TerminalFrontend(
@@ -128,10 +184,50 @@ def run_session(
     if tape is not None:
         sys.stderr.write(_banner(tape))
     try:
-        return session.run(start, base=base, base_dir=base_dir, frontend=frontend, inputs=inputs)
+        return session.run(
+            start,
+            base=base,
+            base_dir=base_dir,
+            frontend=frontend,
+            inputs=inputs,
+            kept=resume.kept if resume is not None else None,
+        )
     finally:
         if log_stream is not None:
             log_stream.close()
+        if session.journal is not None:
+            session.journal.store.close()
+
+
+def store_path(settings_store: str | None, base_dir: Path) -> Path:
+    """The run store of a command: `--store`, else `$PLANLOOM_HOME/runs.db`, else
+    `.planloom/runs.db` in `base_dir`."""
+    return Path(settings_store) if settings_store else default_store_path(base_dir)
+
+
+def open_journal(
+    settings: RunSettings, base_dir: Path, tape: Tape | None, *, name: str, recipe: Path | None
+) -> Journal | None:
+    """A new run in the store, and its journal; None for a dry run or a pure replay
+    (nothing in them is live, so there is nothing to resume)."""
+    if settings.dry_run or (tape is not None and not tape.recording):
+        return None
+    store = open_store(store_path(settings.store, base_dir))
+    pid = os.getpid()
+    run_id = uuid.uuid4().hex[:12]
+    store.begin(
+        RunRecord(
+            id=run_id,
+            name=name,
+            recipe=str(recipe.resolve()) if recipe is not None else None,
+            base_dir=str(base_dir),
+            started=time.time(),
+            pid=pid,
+            pid_start=process_start(pid),
+        )
+    )
+    store.append(run_id, "start", None, {"segment": 1, "pid": pid}, durable=True)
+    return Journal(store, run_id)
 
 
 def recorded_registry(settings: RunSettings, registry: Registry) -> tuple[Registry, Tape | None]:

@@ -6,7 +6,18 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
-from engine.app.commands import graph, plan, replay, run, schema, tools, validate
+from engine.app.commands import (
+    graph,
+    plan,
+    replay,
+    resume,
+    run,
+    runs,
+    schema,
+    show,
+    tools,
+    validate,
+)
 from engine.capability import Registry
 
 __all__ = ["COMMANDS", "Command"]
@@ -15,6 +26,6 @@ Command = tuple[Callable[[Any], None], Callable[[argparse.Namespace, Registry], 
 
 COMMANDS: dict[str, Command] = {
     module.NAME: (module.add, module.main)
-    for module in (run, plan, replay, validate, graph, schema, tools)
+    for module in (run, plan, resume, replay, runs, show, validate, graph, schema, tools)
 }
 """By name, in the order `planloom --help` lists them."""

@@ -27,4 +27,6 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     if isinstance(loaded, int):
         return loaded
     base_dir = Path(args.recipe).resolve().parent
-    return launch(settings, registry, loaded, loaded.to_data(), base_dir, tape)
+    return launch(
+        settings, registry, loaded, loaded.to_data(), base_dir, tape, recipe=Path(args.recipe)
+    )

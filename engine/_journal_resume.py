@@ -1,0 +1,151 @@
+"""What a resume takes from a run's journal: the plan, the steps kept, and the calls served
+again or in doubt.
+
+Steps that ended `succeeded`, `fallback`, `failed_acceptable` or `skipped` are kept (their
+results stand, as a replan's kept steps do). Every other step runs again, and within it:
+
+* a tool call whose result is journaled is served, not made again, when the call succeeded;
+  when it failed, it is served only if its step had not ended (the run stopped inside the
+  step's retries, which go on where they were), while a step that ended `failed` or
+  `denied` runs its failed calls again: that new try is what resuming it asks for;
+* a side-effect call whose intent is journaled with no result is in doubt (see
+  `engine.journal`);
+* model exchanges and a person's answers are served for a step that had not ended, so an
+  agent goes on from where it was; a step that ended `failed` or `denied` asks again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine._scope import step_of
+from engine.cassette import Answer, LLMExchange, ToolResult
+from engine.results import StepResult
+from engine.store import Entry
+
+__all__ = ["Intent", "Resumed", "ToolKey", "changed_steps", "resumed_from"]
+
+_KEPT = frozenset({"succeeded", "fallback", "failed_acceptable", "skipped"})
+_ENDED = frozenset({"failed", "denied"})
+
+ToolKey = tuple[str, int, str, str, int]
+
+
+@dataclass(frozen=True)
+class Intent:
+    """A side-effect call journaled as starting, at `at`, with no result after it."""
+
+    call: ToolResult
+    at: float
+
+
+@dataclass
+class Resumed:
+    """A run's journal, read for a resume (and for `planloom show` and reports)."""
+
+    plan: dict[str, Any] | None = None
+    inputs: dict[str, Any] = field(default_factory=dict)
+    model: str | None = None
+    kept: dict[str, StepResult] = field(default_factory=dict)
+    steps: dict[str, dict[str, Any]] = field(default_factory=dict)
+    tools: dict[ToolKey, ToolResult] = field(default_factory=dict)
+    doubts: dict[ToolKey, Intent] = field(default_factory=dict)
+    llm: dict[tuple[str, str, int], LLMExchange] = field(default_factory=dict)
+    answers: dict[tuple[str, str, int], Answer] = field(default_factory=dict)
+    result: dict[str, Any] | None = None
+
+
+def _tool_key(data: dict[str, Any]) -> ToolKey:
+    return (data["step"], data["attempt"], data["action"], data["params_hash"], data["ordinal"])
+
+
+def resumed_from(entries: list[Entry]) -> Resumed:
+    """Read a journal (see the module docstring for what is kept and served)."""
+    resumed = Resumed()
+    tools: dict[ToolKey, ToolResult] = {}
+    for entry in entries:
+        data = entry.data
+        try:
+            if entry.kind == "plan":
+                resumed.plan = data["plan"]
+                resumed.inputs = data.get("inputs") or {}
+                resumed.model = data.get("model")
+            elif entry.kind == "step" and entry.scope is not None:
+                resumed.steps[entry.scope] = data
+            elif entry.kind == "intent":
+                key = _tool_key(data)
+                resumed.doubts[key] = Intent(ToolResult.model_validate(data), entry.at)
+            elif entry.kind == "tool":
+                key = _tool_key(data)
+                tools[key] = ToolResult.model_validate(data)
+                resumed.doubts.pop(key, None)
+            elif entry.kind == "llm":
+                exchange = LLMExchange.model_validate(data)
+                resumed.llm[(exchange.step, exchange.key, exchange.ordinal)] = exchange
+            elif entry.kind == "answer":
+                answer = Answer.model_validate(data)
+                resumed.answers[(answer.step, answer.key, answer.ordinal)] = answer
+            elif entry.kind == "end":
+                resumed.result = data
+        except (KeyError, TypeError, ValidationError):  # an entry from a newer planloom
+            continue
+    ended: set[str] = set()
+    for step_id, data in resumed.steps.items():
+        try:
+            result = StepResult.model_validate(data.get("result") or {})
+        except ValidationError:
+            continue
+        if result.status in _KEPT:
+            resumed.kept[step_id] = result
+        elif result.status in _ENDED:
+            ended.add(step_id)
+    plan_ids = _step_ids(resumed.plan)
+    resumed.kept = {k: v for k, v in resumed.kept.items() if k in plan_ids}
+    resumed.tools = {
+        key: entry
+        for key, entry in tools.items()
+        if entry.error is None or step_of(key[0]) not in ended
+    }
+    resumed.llm = {k: v for k, v in resumed.llm.items() if step_of(k[0]) not in ended}
+    resumed.answers = {k: v for k, v in resumed.answers.items() if step_of(k[0]) not in ended}
+    return resumed
+
+
+def _step_ids(plan: dict[str, Any] | None) -> set[str]:
+    if not plan:
+        return set()
+    return {
+        step["id"]
+        for section in ("steps", "finally")
+        for step in plan.get(section) or []
+        if isinstance(step, dict) and isinstance(step.get("id"), str)
+    }
+
+
+def changed_steps(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
+    """What differs between two plans (as `Plan.to_data()`), one phrase each: the steps
+    changed, added or removed, and the other sections changed."""
+    changes: list[str] = []
+    old, new = _steps_by_id(before), _steps_by_id(after)
+    for step_id in old:
+        if step_id not in new:
+            changes.append(f"step '{step_id}' was removed")
+        elif old[step_id] != new[step_id]:
+            changes.append(f"step '{step_id}' changed")
+    changes += [f"step '{step_id}' was added" for step_id in new if step_id not in old]
+    for key in sorted(set(before) | set(after)):
+        if key not in ("steps", "finally") and before.get(key) != after.get(key):
+            changes.append(f"'{key}:' changed")
+    return changes
+
+
+def _steps_by_id(plan: dict[str, Any]) -> dict[str, Any]:
+    return {
+        step["id"]: step
+        for section in ("steps", "finally")
+        for step in plan.get(section) or []
+        if isinstance(step, dict) and isinstance(step.get("id"), str)
+    }

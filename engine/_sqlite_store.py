@@ -1,0 +1,276 @@
+"""The embedded run store: one SQLite file (stdlib `sqlite3`), in WAL mode.
+
+A process killed at any instant leaves the file consistent: every write is a transaction,
+and WAL recovery on the next open keeps the committed ones and drops the rest. Durable
+entries (a side-effect call's intent and result, approvals, answers, model exchanges) are
+committed one transaction each before `append` returns; other entries (step results,
+read-only calls) wait in a batch that goes with the next commit, at most `BATCH` entries or
+`BATCH_SECONDS` later. `synchronous=NORMAL`: a commit survives the process being killed;
+a power cut may lose the last ones (see README).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from engine.errors import ConfigurationError
+from engine.store import Entry, EntryKind, RunRecord
+
+__all__ = ["SqliteStore", "is_alive", "open_store", "process_start"]
+
+FORMAT = 1
+BATCH = 256
+BATCH_SECONDS = 0.25
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS runs (
+    id TEXT PRIMARY KEY,
+    name TEXT NOT NULL,
+    recipe TEXT,
+    base_dir TEXT NOT NULL,
+    status TEXT NOT NULL,
+    started REAL NOT NULL,
+    finished REAL,
+    steps INTEGER NOT NULL DEFAULT 0,
+    done INTEGER NOT NULL DEFAULT 0,
+    usage TEXT NOT NULL DEFAULT '{}',
+    pid INTEGER,
+    pid_start TEXT,
+    segments INTEGER NOT NULL DEFAULT 1
+);
+CREATE TABLE IF NOT EXISTS journal (
+    run_id TEXT NOT NULL,
+    seq INTEGER NOT NULL,
+    at REAL NOT NULL,
+    kind TEXT NOT NULL,
+    scope TEXT,
+    data TEXT NOT NULL,
+    PRIMARY KEY (run_id, seq)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
+"""
+
+_FIELDS = (
+    "id",
+    "name",
+    "recipe",
+    "base_dir",
+    "status",
+    "started",
+    "finished",
+    "steps",
+    "done",
+    "usage",
+    "pid",
+    "pid_start",
+    "segments",
+)
+
+
+def process_start(pid: int) -> str | None:
+    """The start time of process `pid` (clock ticks since boot), or None if it is gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
+
+
+def open_store(path: str | Path, *, create: bool = True) -> SqliteStore:
+    """Open (and with `create`, make) the store at `path`.
+
+    Raises:
+        ConfigurationError: it cannot be opened, or is not a planloom store.
+    """
+    return SqliteStore(Path(path), create=create)
+
+
+class SqliteStore:
+    """A `RunStore` in one SQLite file."""
+
+    def __init__(self, path: Path, *, create: bool = True) -> None:
+        self.path = str(path)
+        if not create and not path.exists():
+            raise ConfigurationError(
+                f"no run store at {path}: runs are kept beside their recipe, in "
+                ".planloom/runs.db (or $PLANLOOM_HOME/runs.db); pass --store PATH"
+            )
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(path, timeout=10.0, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=NORMAL")
+            self._db.executescript(_SCHEMA)
+            found = self._db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+            if found is None:
+                self._db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+            elif found[0] != str(FORMAT):
+                raise ConfigurationError(
+                    f"run store {path}: format {found[0]} is not supported (this planloom "
+                    f"reads format {FORMAT}); use --store to start a new one"
+                )
+        except sqlite3.DatabaseError as exc:
+            raise ConfigurationError(f"run store {path}: {exc}") from None
+        except OSError as exc:
+            raise ConfigurationError(f"run store {path}: {exc.strerror or exc}") from None
+        self._pending: list[tuple[str, int, float, str, str | None, str]] = []
+        self._since = time.monotonic()
+        self._seq: dict[str, int] = {}
+
+    # -- writing -------------------------------------------------------------------------
+
+    def begin(self, record: RunRecord) -> None:
+        row = _row(record)
+        with self._transaction():
+            self._db.execute(
+                f"INSERT INTO runs ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
+                row,
+            )
+        self._seq[record.id] = 0
+
+    def claim(self, run_id: str, pid: int, pid_start: str | None) -> RunRecord:
+        with self._transaction():
+            record = self.get(run_id)
+            if record is None:
+                raise ConfigurationError(f"unknown run id {run_id!r}")
+            if record.status == "running" and _alive(record.pid, record.pid_start):
+                raise ConfigurationError(
+                    f"run {run_id} is still running (process {record.pid}); stop it first"
+                )
+            self._db.execute(
+                "UPDATE runs SET status='running', finished=NULL, pid=?, pid_start=?, "
+                "segments=segments+1 WHERE id=?",
+                (pid, pid_start, run_id),
+            )
+            last = self._db.execute(
+                "SELECT COALESCE(MAX(seq), -1) FROM journal WHERE run_id=?", (run_id,)
+            ).fetchone()[0]
+        self._seq[run_id] = last + 1
+        record.status, record.pid, record.pid_start = "running", pid, pid_start
+        record.finished = None
+        record.segments += 1
+        return record
+
+    def append(
+        self, run_id: str, kind: EntryKind, scope: str | None, data: Any, *, durable: bool
+    ) -> None:
+        seq = self._seq[run_id]
+        self._seq[run_id] = seq + 1
+        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=repr)
+        self._pending.append((run_id, seq, time.time(), kind, scope, text))
+        if (
+            durable
+            or len(self._pending) >= BATCH
+            or time.monotonic() - self._since >= BATCH_SECONDS
+        ):
+            self.flush()
+
+    def update(self, run_id: str, **fields: Any) -> None:
+        unknown = set(fields) - set(_FIELDS)
+        if unknown:
+            raise ValueError(f"unknown run fields: {sorted(unknown)}")
+        values = [json.dumps(v) if k == "usage" else v for k, v in fields.items()]
+        with self._transaction():
+            self._write_pending()
+            self._db.execute(
+                f"UPDATE runs SET {', '.join(f'{k}=?' for k in fields)} WHERE id=?",
+                (*values, run_id),
+            )
+
+    def flush(self) -> None:
+        if not self._pending:
+            return
+        with self._transaction():
+            self._write_pending()
+
+    def finish(self, run_id: str, status: str, usage: Mapping[str, Any], done: int) -> None:
+        self.update(
+            run_id, status=status, finished=time.time(), usage=dict(usage), done=done, pid=None
+        )
+
+    def close(self) -> None:
+        with contextlib.suppress(sqlite3.Error):
+            self.flush()
+        self._db.close()
+
+    def _write_pending(self) -> None:
+        if self._pending:
+            self._db.executemany("INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)", self._pending)
+            self._pending = []
+        self._since = time.monotonic()
+
+    @contextlib.contextmanager
+    def _transaction(self) -> Any:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+            try:
+                yield
+            except BaseException:
+                self._db.execute("ROLLBACK")
+                raise
+            self._db.execute("COMMIT")
+        except sqlite3.DatabaseError as exc:
+            raise ConfigurationError(f"run store {self.path}: {exc}") from None
+
+    # -- reading -------------------------------------------------------------------------
+
+    def get(self, run_id: str) -> RunRecord | None:
+        row = self._db.execute(
+            f"SELECT {', '.join(_FIELDS)} FROM runs WHERE id=?", (run_id,)
+        ).fetchone()
+        return _record(row) if row is not None else None
+
+    def runs(self, limit: int = 50) -> list[RunRecord]:
+        rows = self._db.execute(
+            f"SELECT {', '.join(_FIELDS)} FROM runs ORDER BY started DESC LIMIT ?", (limit,)
+        ).fetchall()
+        return [_record(row) for row in rows]
+
+    def journal(self, run_id: str) -> list[Entry]:
+        rows = self._db.execute(
+            "SELECT seq, at, kind, scope, data FROM journal WHERE run_id=? ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        return [
+            Entry(seq, at, kind, scope, json.loads(data)) for seq, at, kind, scope, data in rows
+        ]
+
+    def integrity(self) -> str:
+        """SQLite's own check of the file: `ok`, or what is wrong."""
+        return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+def _alive(pid: int | None, start: str | None) -> bool:
+    if pid is None:
+        return False
+    if pid == os.getpid():
+        return True
+    now = process_start(pid)
+    return now is not None and (start is None or now == start)
+
+
+def is_alive(record: RunRecord) -> bool:
+    """Whether the process running `record` is still there."""
+    return record.status == "running" and _alive(record.pid, record.pid_start)
+
+
+def _row(record: RunRecord) -> tuple[Any, ...]:
+    values = {name: getattr(record, name) for name in _FIELDS}
+    values["usage"] = json.dumps(values["usage"])
+    return tuple(values[name] for name in _FIELDS)
+
+
+def _record(row: tuple[Any, ...]) -> RunRecord:
+    values = dict(zip(_FIELDS, row, strict=True))
+    values["usage"] = json.loads(values["usage"] or "{}")
+    return RunRecord(**values)

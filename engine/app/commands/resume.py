@@ -1,0 +1,133 @@
+"""`planloom resume RUN_ID`: continue a stored run that was interrupted, crashed or failed.
+
+Steps that ended well are kept; the rest run, served from the journal where their calls
+already happened (see `engine.journal`). The recipe is read again and must be the one the
+run started from: a changed step is refused by name.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine._journal_resume import changed_steps
+from engine._sanitize import neutralize
+from engine._secrets import Secrets
+from engine._sqlite_store import process_start
+from engine._yaml import parse_recipe_text
+from engine.app.flags import run_flags
+from engine.app.launch import Resume, RunSettings, launch
+from engine.app.output import EXIT_INVALID, load
+from engine.app.stored import find_run, open_for_reading, shown_status
+from engine.capability import Registry
+from engine.cassette import json_data
+from engine.errors import PlanValidationError
+from engine.inputs import input_text
+from engine.journal import Journal
+from engine.model import Plan
+from engine.validation import validate_plan
+from planners.llm import plan_to_yaml
+
+NAME = "resume"
+
+
+def add(sub: Any) -> None:
+    resume = sub.add_parser(
+        "resume",
+        help="continue an interrupted, crashed or failed run: what finished is kept, the "
+        "rest runs (a call that may already have happened is asked about)",
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    run_flags(resume, yes="approve every confirmation gate", no="deny every confirmation gate")
+
+
+def main(args: argparse.Namespace, registry: Registry) -> int:
+    settings = RunSettings.from_args(args)
+    if settings.record or settings.replay or settings.record_mode or settings.live_tools:
+        return _refuse(
+            "resume takes no cassette flags: part of a resumed run is served from its "
+            "journal, so a cassette of it would not be a recording of one run"
+        )
+    if settings.dry_run:
+        return _refuse("resume cannot be a dry run: the run it continues made its calls")
+    store = open_for_reading(settings.store)
+    found = find_run(store, args.run_id)
+    if found is None:
+        store.close()
+        return EXIT_INVALID
+    record, journal = found.record, found.journal
+    status = shown_status(record)
+    if status in ("succeeded", "rejected"):
+        store.close()
+        what = "succeeded" if status == "succeeded" else "had its plan rejected (nothing ran)"
+        return _refuse(f"run {record.id} {what}: there is nothing to resume")
+    if status == "running":
+        store.close()
+        return _refuse(f"run {record.id} is still running (process {record.pid})")
+    if journal.plan is None:
+        store.close()
+        return _refuse(
+            f"run {record.id} stopped before it had a plan, so nothing ran: run it again"
+        )
+    base_dir = Path(record.base_dir)
+    plan = _plan(record.recipe, journal.plan, registry, base_dir, as_json=settings.json)
+    if isinstance(plan, int):
+        store.close()
+        return plan
+    claimed = store.claim(record.id, os.getpid(), process_start(os.getpid()))
+    store.append(
+        record.id, "start", None, {"segment": claimed.segments, "pid": os.getpid()}, durable=True
+    )
+    resume = Resume(
+        journal=Journal(store, record.id, resumed=journal),
+        kept=journal.kept,
+        inputs={k: input_text(v) for k, v in journal.inputs.items()},
+    )
+    kept = len(journal.kept)
+    sys.stderr.write(
+        f"resuming run {record.id}: {kept} step{'s' if kept != 1 else ''} kept, "
+        f"{len(journal.doubts)} call{'s' if len(journal.doubts) != 1 else ''} in doubt\n"
+    )
+    recipe = Path(record.recipe) if record.recipe is not None else None
+    return launch(settings, registry, plan, plan.to_data(), base_dir, recipe=recipe, resume=resume)
+
+
+def _plan(
+    recipe: str | None,
+    journaled: dict[str, Any],
+    registry: Registry,
+    base_dir: Path,
+    *,
+    as_json: bool,
+) -> Plan | int:
+    """The plan to resume: the recipe read again (refused if it changed since the run), or
+    the journaled plan of a goal run."""
+    if recipe is None:
+        try:
+            data, source = parse_recipe_text(plan_to_yaml(journaled), "journal#plan")
+            return validate_plan(data, source, registry, base_dir=base_dir)
+        except PlanValidationError as exc:
+            problems = "; ".join(d.message for d in exc.diagnostics[:5])
+            return _refuse(f"the run's plan is no longer valid here: {problems}")
+    if not Path(recipe).is_file():
+        return _refuse(f"the run's recipe {recipe} is gone; a resume reads it again")
+    loaded = load(recipe, registry, as_json=as_json, wrap=True)
+    if isinstance(loaded, int):
+        return loaded
+    now = json_data(Secrets.from_environ().redact_value(loaded.to_data()))
+    changes = changed_steps(journaled, now)
+    if changes:
+        return _refuse(
+            f"the recipe {recipe} changed since the run: {'; '.join(changes)}. A resumed run "
+            "must be the run that started; run the recipe anew with: planloom run "
+            f"{recipe}"
+        )
+    return loaded
+
+
+def _refuse(message: str) -> int:
+    sys.stderr.write(f"planloom: error: {neutralize(message)}\n")
+    return EXIT_INVALID

@@ -1,0 +1,74 @@
+"""`planloom runs`: the runs in a run store, newest first."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from engine._journal_resume import resumed_from
+from engine._sanitize import neutralize
+from engine.app.flags import store_flag
+from engine.app.output import EXIT_INVALID, EXIT_OK, print_json
+from engine.app.stored import INTERRUPTED, open_for_reading, shown_status
+from engine.capability import Registry
+
+NAME = "runs"
+
+
+def add(sub: Any) -> None:
+    runs = sub.add_parser("runs", help="list stored runs (to show, report or resume them)")
+    runs.add_argument("--json", action="store_true", help="as JSON on stdout")
+    runs.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (50)")
+    store_flag(runs)
+
+
+def main(args: argparse.Namespace, registry: Registry) -> int:
+    if args.limit < 1:
+        sys.stderr.write("planloom: error: --limit must be at least 1\n")
+        return EXIT_INVALID
+    store = open_for_reading(args.store)
+    try:
+        records = store.runs(args.limit)
+        for record in records:
+            if shown_status(record) == INTERRUPTED:  # counted at the end, which never came
+                record.done = len(resumed_from(store.journal(record.id)).kept)
+    finally:
+        store.close()
+    rows: list[dict[str, Any]] = [
+        {
+            "id": r.id,
+            "name": r.name,
+            "recipe": r.recipe,
+            "status": shown_status(r),
+            "started": r.started,
+            "duration": r.duration,
+            "steps": r.steps,
+            "done": r.done,
+            "usage": r.usage,
+            "resumes": r.segments - 1,
+        }
+        for r in records
+    ]
+    if args.json:
+        print_json(rows)
+        return EXIT_OK
+    if not rows:
+        sys.stdout.write(f"no runs in {store.path}\n")
+        return EXIT_OK
+    sys.stdout.write(
+        f"{'id':<12}  {'status':<11}  {'started':<19}  {'time':>8}  {'steps':>9}  "
+        f"{'tools':>5}  {'model':>5}  recipe\n"
+    )
+    for row in rows:
+        started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(row["started"]))
+        took = f"{row['duration']:.1f}s" if row["duration"] is not None else "-"
+        usage = row["usage"]
+        where = neutralize(row["recipe"] or f"(goal) {row['name']}")
+        sys.stdout.write(
+            f"{row['id']:<12}  {row['status']:<11}  {started:<19}  {took:>8}  "
+            f"{row['done']:>4}/{row['steps']:<4}  {usage.get('tool_calls', 0):>5}  "
+            f"{usage.get('llm_calls', 0):>5}  {where}\n"
+        )
+    return EXIT_OK

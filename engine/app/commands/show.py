@@ -1,0 +1,44 @@
+"""`planloom show RUN_ID`: a stored run's summary, as at the end of the run."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from engine.app.console import print_summary
+from engine.app.flags import store_flag
+from engine.app.output import EXIT_INVALID, EXIT_OK, print_json
+from engine.app.stored import INTERRUPTED, find_run, open_for_reading, result_of
+from engine.capability import Registry
+
+NAME = "show"
+
+
+def add(sub: Any) -> None:
+    show = sub.add_parser("show", help="a stored run's summary, as at its end")
+    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("--json", action="store_true", help="as JSON on stdout (as run --json)")
+    store_flag(show)
+
+
+def main(args: argparse.Namespace, registry: Registry) -> int:
+    store = open_for_reading(args.store)
+    try:
+        found = find_run(store, args.run_id)
+        if found is None:
+            return EXIT_INVALID
+        result, status = result_of(found)
+    finally:
+        store.close()
+    if args.json:
+        print_json({**result.model_dump(mode="json"), "status": status})
+        return EXIT_OK
+    print_summary(result, sys.stdout, color=sys.stdout.isatty())
+    if status in (INTERRUPTED, "running"):
+        why = "is still running" if status == "running" else "stopped before it ended"
+        sys.stdout.write(f"run {result.run_id} {why}")
+        if status == INTERRUPTED:
+            sys.stdout.write(f"; continue it with: planloom resume {result.run_id}")
+        sys.stdout.write("\n")
+    return EXIT_OK

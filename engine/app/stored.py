@@ -1,0 +1,101 @@
+"""Stored runs for the commands that read them (`runs`, `show`, `resume`, `report`): the
+store a command means, a run found by id, and a run's result as at its end."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from engine._journal_resume import Resumed, resumed_from
+from engine._sqlite_store import SqliteStore, is_alive, open_store
+from engine.app.launch import store_path
+from engine.results import RunResult, StepResult
+from engine.store import Entry, RunRecord
+
+__all__ = ["Found", "find_run", "open_for_reading", "result_of", "shown_status"]
+
+INTERRUPTED = "interrupted"
+"""The status shown for a run whose process died (killed, crashed) before it ended."""
+
+
+def open_for_reading(store: str | None) -> SqliteStore:
+    """The store a command reads: `--store`, `$PLANLOOM_HOME/runs.db` or `.planloom/runs.db`
+    here (a store is never created by reading it).
+
+    Raises:
+        ConfigurationError: there is no store there.
+    """
+    return open_store(store_path(store, Path.cwd()), create=False)
+
+
+class Found:
+    """A stored run: its record and its journal, read."""
+
+    def __init__(self, store: SqliteStore, record: RunRecord) -> None:
+        self.store = store
+        self.record = record
+        self.entries: list[Entry] = store.journal(record.id)
+        self.journal: Resumed = resumed_from(self.entries)
+
+
+def find_run(store: SqliteStore, run_id: str) -> Found | None:
+    """The run `run_id` of `store`; None (said on stderr, with how to find one) if unknown."""
+    record = store.get(run_id)
+    if record is None:
+        sys.stderr.write(
+            f"planloom: error: no run {run_id!r} in {store.path}; list the runs with: "
+            f"planloom runs --store {store.path}\n"
+        )
+        return None
+    return Found(store, record)
+
+
+def shown_status(record: RunRecord) -> str:
+    """The run's status, with `interrupted` for a run whose process is gone."""
+    if record.status == "running" and not is_alive(record):
+        return INTERRUPTED
+    return record.status
+
+
+def result_of(found: Found) -> tuple[RunResult, str]:
+    """The run's result as at its end (rebuilt from its steps when it never ended), and
+    the status to show."""
+    status = shown_status(found.record)
+    ended = found.journal.result
+    if ended is not None and status != "running":
+        try:
+            return RunResult.model_validate(ended), status
+        except ValidationError:
+            pass  # written by another planloom version: rebuild it from the steps
+    steps = {step_id: StepResult() for step_id in _plan_ids(found.journal.plan)}
+    for step_id, data in found.journal.steps.items():
+        try:
+            steps[step_id] = StepResult.model_validate(data.get("result") or {})
+        except ValidationError:
+            continue
+    in_flight = {key[0].split("[", 1)[0] for key in found.journal.doubts}
+    for step_id in in_flight:
+        if steps.get(step_id, StepResult()).status == "pending":
+            steps[step_id] = StepResult(
+                status="pending", error="in flight when the run stopped: a call may have happened"
+            )
+    result = RunResult(
+        run_id=found.record.id,
+        status="cancelled" if status == INTERRUPTED else "failed",
+        steps=steps,
+    )
+    return result, status
+
+
+def _plan_ids(plan: dict[str, Any] | None) -> list[str]:
+    if not plan:
+        return []
+    return [
+        step["id"]
+        for section in ("steps", "finally")
+        for step in plan.get(section) or []
+        if isinstance(step, dict) and isinstance(step.get("id"), str)
+    ]

@@ -1,0 +1,372 @@
+"""A run's journal: what the run store keeps of a run as it goes, and what a resume serves.
+
+A `Journal` wraps the same seams a cassette's `Tape` does, in front of whatever is inside
+them (the live world, or a cassette being recorded): `journal.results(inner)` is the
+sandbox's `Results`, `journal.answers(inner)` the model client's `Answers`, and
+`journal.approver(inner)` the approver of gates and questions. It watches the executor's
+events for each step's result and timeline (`watch`).
+
+Each tool call with side effects is journaled before it starts (its *intent*, committed
+before the call is made) and after it ends (its result or error); model exchanges,
+decisions and answers are committed as they happen; step results and read-only calls go in
+batches (losing them costs a harmless repeat). Entries are the cassette's models
+(`ToolResult`, `LLMExchange`, `Approval`, `Answer`), keyed the same way, with secrets
+redacted.
+
+A resumed run (`Journal(resumed=...)`, see `engine._journal_resume`) is a replay of what
+finished, then live: a call whose result is journaled is served, not made again; a
+side-effect call whose intent is journaled with no result (it was in flight when the run
+stopped) is *in doubt*: the sandbox runs it again only if its action or step is
+idempotent, else it puts it to the gate, where only a person may approve it (`--yes` and
+policies cannot).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from engine._scope import PLANNER, current_scope, step_of
+from engine._secrets import Secrets
+from engine.approval import Approver, GateRequest
+from engine.cassette import (
+    canonical_request,
+    digest,
+    rebuild_error,
+    record_error,
+)
+from engine.errors import ReplayMismatch, StepError
+from engine.events import Event
+from engine.llm import Answers, ChatResult
+from engine.questions import Question
+from engine.results import Decision, RunResult
+from engine.sandbox import Results, ToolCall
+from engine.store import EntryKind, RunStore
+
+if TYPE_CHECKING:
+    from engine._journal_resume import Resumed, ToolKey
+    from engine.executor import Executor
+
+__all__ = ["JOURNAL", "Journal"]
+
+JOURNAL = "journal"
+"""The `by` of a decision on a call served from the journal (it ran before the resume)."""
+
+_KEPT = frozenset({"succeeded", "fallback", "failed_acceptable", "skipped"})
+
+
+class Journal:
+    """The journal of one run in a store (a new run, or a resumed one).
+
+    Args:
+        store: where entries go.
+        run_id: the run's id (already begun or claimed in `store`).
+        secrets: redacted from everything before it is written.
+        resumed: what the run's earlier segments left: served again, or in doubt.
+    """
+
+    def __init__(
+        self,
+        store: RunStore,
+        run_id: str,
+        *,
+        secrets: Secrets | None = None,
+        resumed: Resumed | None = None,
+    ) -> None:
+        self.store = store
+        self.run_id = run_id
+        self.secrets = secrets if secrets is not None else Secrets.from_environ()
+        self.resumed = resumed
+        self.ordinals: Counter[tuple[Any, ...]] = Counter()
+        self.done = len(resumed.kept) if resumed is not None else 0
+        self.steps = 0
+        self._timelines: dict[str, dict[str, Any]] = {}
+        self._usage: dict[str, dict[str, int]] = {}
+
+    # -- writing -------------------------------------------------------------------------
+
+    def write(self, kind: EntryKind, scope: str | None, data: Any, *, durable: bool) -> None:
+        self.store.append(self.run_id, kind, scope, data, durable=durable)
+
+    def redact(self, value: Any) -> Any:
+        """`value` (JSON data: params, outputs, requests) with secrets redacted."""
+        return self.secrets.redact_value(value)
+
+    def plan(self, plan: dict[str, Any], *, inputs: dict[str, Any], model: str | None) -> None:
+        """The plan run from here on (a replan writes the new one), committed at once."""
+        self.secrets.add_environ()  # variables grants declared secret as they validated
+        self.steps = sum(len(plan.get(section) or []) for section in ("steps", "finally"))
+        self.store.update(self.run_id, steps=self.steps)
+        data = {"plan": self.redact(plan), "inputs": self.redact(inputs), "model": model}
+        self.write("plan", None, data, durable=True)
+
+    def finish(self, result: RunResult) -> None:
+        """The run ended: its result (for `planloom show`), status and usage."""
+        data = self.redact(result.model_dump(mode="json", exclude={"replay"}))
+        self.write("end", None, data, durable=True)
+        self.store.finish(self.run_id, result.status, result.usage.model_dump(), self.done)
+
+    def next_ordinal(self, *key: Any) -> int:
+        ordinal = self.ordinals[key]
+        self.ordinals[key] += 1
+        return ordinal
+
+    # -- the seams -----------------------------------------------------------------------
+
+    def results(self, inner: Results) -> Results:
+        return _JournalResults(self, inner)
+
+    def answers(self, inner: Answers) -> Answers:
+        return _JournalAnswers(self, inner)
+
+    def approver(self, inner: Approver) -> Approver:
+        return _JournalApprover(self, inner)
+
+    def watch(self, executor: Executor) -> None:
+        """Journal each step's result and timeline as the executor ends it."""
+
+        def seen(event: Event) -> None:
+            self._seen(executor, event)
+
+        executor.events.subscribe(seen)
+
+    def _seen(self, executor: Executor, event: Event) -> None:
+        kind, step_id = event.kind, event.step_id
+        if kind == "llm.called":
+            scope = current_scope()
+            owner = step_of(scope) if scope is not None else None
+            usage = self._usage.setdefault(owner or PLANNER, Counter())
+            usage["calls"] += 1
+            usage["prompt_tokens"] += int(event.data.get("prompt_tokens") or 0)
+            usage["completion_tokens"] += int(event.data.get("completion_tokens") or 0)
+            return
+        if step_id is None:
+            return
+        if kind == "step.started":
+            self._timelines[step_id] = {"started": event.ts, "attempts": [], "gates": []}
+            return
+        timeline = self._timelines.setdefault(step_id, {"attempts": [], "gates": []})
+        if kind == "attempt.started":
+            timeline["attempts"].append(
+                {"n": event.attempt, "started": event.ts, "action": event.data.get("action")}
+            )
+        elif kind == "attempt.finished":
+            for attempt in reversed(timeline["attempts"]):
+                if attempt["n"] == event.attempt and "finished" not in attempt:
+                    attempt.update(
+                        finished=event.ts,
+                        outcome=event.data.get("outcome"),
+                        error=event.data.get("error"),
+                    )
+                    break
+        elif kind == "gate.decided":
+            timeline["gates"].append(
+                {
+                    "at": event.ts,
+                    "action": event.data.get("action"),
+                    "approved": event.data.get("approved"),
+                    "by": event.data.get("by"),
+                    "reason": event.data.get("reason"),
+                }
+            )
+        elif kind == "step.finished":
+            result = executor.results[step_id]
+            del self._timelines[step_id]
+            if result.status in _KEPT:
+                self.done += 1
+            data = {
+                "result": self.redact(result.model_dump(mode="json", exclude_none=True)),
+                "started": timeline.get("started"),
+                "finished": event.ts,
+                "attempts": timeline["attempts"],
+                "gates": timeline["gates"],
+                "llm": dict(self._usage.pop(step_id, {})),
+            }
+            self.write("step", step_id, data, durable=False)
+
+    def _key(self, call: ToolCall, *, peek: bool) -> tuple[ToolKey, Any]:
+        """The call's journal key (as a cassette's) and its redacted params."""
+        scope = current_scope() or call.step_id
+        shown = self.redact(call.params)
+        params_hash = digest(shown)
+        counter = ("tool", scope, call.attempt, call.action, params_hash)
+        ordinal = self.ordinals[counter] if peek else self.next_ordinal(*counter)
+        return (scope, call.attempt, call.action, params_hash, ordinal), shown
+
+
+class _JournalResults:
+    """Tool results: served from the journal on a resume, else made (through `inner`) and
+    journaled, with an intent first for a call with side effects."""
+
+    def __init__(self, journal: Journal, inner: Results) -> None:
+        self.journal = journal
+        self.inner = inner
+
+    def serves(self, call: ToolCall) -> bool:
+        resumed = self.journal.resumed
+        if resumed is not None and call.recorded:
+            key, _ = self.journal._key(call, peek=True)
+            if key in resumed.tools:
+                return True
+        return self.inner.serves(call)
+
+    def in_doubt(self, call: ToolCall) -> str | None:
+        resumed = self.journal.resumed
+        if resumed is not None and call.recorded and not call.read_only:
+            key, _ = self.journal._key(call, peek=True)
+            intent = resumed.doubts.get(key)
+            if intent is not None and key not in resumed.tools:
+                when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(intent.at))
+                return (
+                    f"this call was in flight when the run stopped ({when}): it may already "
+                    "have happened"
+                )
+        return self.inner.in_doubt(call)
+
+    async def result(
+        self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
+    ) -> Any:
+        if not call.recorded:  # its model's or person's answers are journaled instead
+            return await self.inner.result(call, live, replayed=replayed)
+        journal = self.journal
+        key, shown = journal._key(call, peek=False)
+        scope, attempt, action, params_hash, ordinal = key
+        resumed = journal.resumed
+        if resumed is not None:
+            entry = resumed.tools.get(key)
+            if entry is not None:
+                if entry.error is not None:
+                    raise rebuild_error(entry.error, call.step_id)
+                return entry.output
+        side_effect = not call.read_only
+        base = {
+            "step": scope,
+            "attempt": attempt,
+            "action": action,
+            "params_hash": params_hash,
+            "ordinal": ordinal,
+        }
+        if side_effect:  # on disk before the call is made
+            journal.write("intent", scope, {**base, "params": shown}, durable=True)
+        try:
+            output = await self.inner.result(call, live, replayed=replayed)
+        except StepError as exc:
+            if not isinstance(exc, ReplayMismatch):
+                error = record_error(exc, journal.secrets.redact).model_dump(exclude_none=True)
+                journal.write("tool", scope, {**base, "error": error}, durable=side_effect)
+            raise
+        journal.write(
+            "tool", scope, {**base, "output": journal.redact(output)}, durable=side_effect
+        )
+        return output
+
+
+class _JournalAnswers:
+    """Model answers: served from the journal on a resume, else asked and journaled."""
+
+    def __init__(self, journal: Journal, inner: Answers) -> None:
+        self.journal = journal
+        self.inner = inner
+
+    async def chat(
+        self,
+        request: dict[str, Any],
+        live: Callable[[dict[str, Any]], Awaitable[ChatResult]],
+        served: Callable[[ChatResult], None],
+    ) -> ChatResult:
+        journal = self.journal
+        scope = current_scope() or PLANNER
+        canonical = journal.redact(canonical_request(request))
+        key = digest(canonical)
+        ordinal = journal.next_ordinal("llm", scope, key)
+        resumed = journal.resumed
+        if resumed is not None:
+            entry = resumed.llm.get((scope, key, ordinal))
+            if entry is not None and entry.response is not None:
+                result = ChatResult(**entry.response.model_dump())
+                served(result)
+                return result
+        base = {"step": scope, "key": key, "ordinal": ordinal, "request": canonical}
+        try:
+            result = await self.inner.chat(request, live, served)
+        except StepError as exc:
+            if not isinstance(exc, ReplayMismatch):
+                error = record_error(exc, journal.secrets.redact).model_dump(exclude_none=True)
+                journal.write("llm", scope, {**base, "error": error}, durable=True)
+            raise
+        reply = journal.redact(
+            {
+                "content": result.content,
+                "tool_calls": [call.model_dump() for call in result.tool_calls],
+                "prompt_tokens": result.prompt_tokens,
+                "completion_tokens": result.completion_tokens,
+            }
+        )
+        journal.write("llm", scope, {**base, "response": reply}, durable=True)
+        return result
+
+
+class _JournalApprover:
+    """Gate decisions and answers, journaled; a resumed run's served calls are approved
+    (they ran before: nothing runs now) and its earlier answers are given again."""
+
+    def __init__(self, journal: Journal, inner: Approver) -> None:
+        self.journal = journal
+        self.inner = inner
+
+    async def decide(self, request: GateRequest) -> Decision:
+        journal = self.journal
+        shown = journal.redact(request.params)
+        params_hash = digest(shown)
+        ordinal = journal.next_ordinal("gate", request.step_id, request.action, params_hash)
+        if journal.resumed is not None and request.replayed:
+            # A resume has no cassette (the command refuses one): `replayed` is the
+            # journal's promise that this call's result is served, so nothing runs.
+            return request.decision(True, JOURNAL, "ran before the resume; its result is reused")
+        decision = await self.inner.decide(request)
+        journal.write(
+            "approval",
+            request.step_id,
+            {
+                "step": request.step_id,
+                "action": request.action,
+                "params_hash": params_hash,
+                "ordinal": ordinal,
+                "approved": decision.approved,
+                "by": decision.by,
+                "reason": journal.secrets.redact(decision.reason) if decision.reason else None,
+                "edited_params": journal.redact(decision.edited_params),
+                "quit": decision.quit,
+                "in_doubt": request.in_doubt,
+            },
+            durable=True,
+        )
+        return decision
+
+    async def answer(self, step_id: str, question: Question) -> Any:
+        journal = self.journal
+        asked = journal.redact(question.model_dump(mode="json", exclude_unset=True))
+        key = digest(asked)
+        scope = current_scope() or step_id
+        ordinal = journal.next_ordinal("answer", scope, key)
+        resumed = journal.resumed
+        if resumed is not None:
+            entry = resumed.answers.get((scope, key, ordinal))
+            if entry is not None:
+                return entry.answer
+        value = await self.inner.answer(step_id, question)
+        journal.write(
+            "answer",
+            scope,
+            {
+                "step": scope,
+                "question": journal.secrets.redact(question.question),
+                "key": key,
+                "ordinal": ordinal,
+                "answer": journal.redact(value),
+            },
+            durable=True,
+        )
+        return value
