@@ -10,6 +10,7 @@ from engine.app.commands import (
     graph,
     plan,
     replay,
+    report,
     resume,
     run,
     runs,
@@ -26,6 +27,6 @@ Command = tuple[Callable[[Any], None], Callable[[argparse.Namespace, Registry], 
 
 COMMANDS: dict[str, Command] = {
     module.NAME: (module.add, module.main)
-    for module in (run, plan, resume, replay, runs, show, validate, graph, schema, tools)
+    for module in (run, plan, resume, replay, runs, show, report, validate, graph, schema, tools)
 }
 """By name, in the order `planloom --help` lists them."""

@@ -1,0 +1,52 @@
+"""`planloom report RUN_ID`: write a stored run's report as one self-contained HTML file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from engine.app.flags import store_flag
+from engine.app.output import EXIT_INVALID, EXIT_OK
+from engine.app.stored import find_run, open_for_reading
+from engine.capability import Registry
+from engine.report import render_report
+
+NAME = "report"
+
+
+def add(sub: Any) -> None:
+    report = sub.add_parser(
+        "report", help="write a run's report (graph, timeline, errors...) as one HTML file"
+    )
+    report.add_argument("run_id", metavar="RUN_ID", help="the run (`planloom runs` lists them)")
+    report.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE.html",
+        help="where to write it (default: report-RUN_ID.html in this folder)",
+    )
+    store_flag(report)
+
+
+def main(args: argparse.Namespace, registry: Registry) -> int:
+    store = open_for_reading(args.store)
+    try:
+        found = find_run(store, args.run_id)
+        if found is None:
+            return EXIT_INVALID
+        page = render_report(found.record, found.entries)
+    finally:
+        store.close()
+    target = Path(args.output) if args.output else Path(f"report-{found.record.id}.html")
+    try:
+        target.write_text(page, encoding="utf-8")
+    except OSError as exc:
+        sys.stderr.write(
+            f"planloom: error: cannot write the report to {target}: {exc.strerror or exc}; "
+            "choose another file with -o FILE.html\n"
+        )
+        return EXIT_INVALID
+    sys.stderr.write(f"report of run {found.record.id} written to {target}\n")
+    return EXIT_OK
