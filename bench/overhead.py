@@ -6,11 +6,14 @@ goes through the whole engine: YAML parsing, validation, templating, sandbox dis
 events delivered to a subscriber. The same DAG then runs on a minimal start-when-ready
 asyncio executor with the same `max_parallel`. The difference per step is the engine's
 overhead; the target is at most 50 µs per step. A second figure times parsing and
-validating a 10,000-step recipe of the same shape (target: under 2 s).
+validating a 10,000-step recipe of the same shape (target: under 2 s). A third figure is
+what journaling the run to a SQLite run store adds ("store on" against "store off", the
+same DAG in the same process; target: at most 30 µs per step).
 
 Usage:
     python bench/overhead.py [--steps 2000] [--width 20] [--repeat 5]
                              [--validate-steps 10000] [--seed N] [--json] [--profile]
+                             [--store-only] [--store-dir DIR]
 """
 
 from __future__ import annotations
@@ -21,12 +24,15 @@ import cProfile
 import gc
 import io
 import json
+import os
 import platform
 import pstats
 import random
 import statistics
 import sys
+import tempfile
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -34,15 +40,22 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from capabilities import Registry, default_registry
+from engine._sqlite_store import open_store
+from engine.approval import Approver, FailClosed
 from engine.events import Event, EventBus
 from engine.executor import Executor
+from engine.journal import Journal
+from engine.model import Plan
 from engine.results import RunResult
+from engine.sandbox import LiveResults, Results
+from engine.store import RunRecord
 from engine.templating import Template
 from engine.validation import validate_plan
 from planners.recipe import parse_recipe_text
 
 TARGET_US_PER_STEP = 50.0
 TARGET_VALIDATE_SECONDS = 2.0
+TARGET_STORE_US_PER_STEP = 30.0
 DEFAULT_SEED = 1234
 BASE_DIR = Path(__file__).resolve().parent
 
@@ -153,6 +166,7 @@ class EngineRun:
     gc_seconds: float  # of all the above, spent in the cyclic garbage collector
     events: int
     result: RunResult
+    exec_cpu_seconds: float = 0.0  # this process's CPU time in the execute phase
 
     @property
     def load_seconds(self) -> float:
@@ -168,7 +182,10 @@ def clear_template_caches() -> None:
     Template.parse.cache_clear()
 
 
-def run_engine(text: str, registry: Registry) -> EngineRun:
+def run_engine(text: str, registry: Registry, store: Path | None = None) -> EngineRun:
+    """Parse, validate and run the recipe; with `store`, journaled to the SQLite store at
+    that path, as `planloom run` does (the store's opening, the plan entry, every step and
+    call, the end entry and the close are all in `exec_seconds`)."""
     clear_template_caches()
     events: list[Event] = []
     with GcClock() as gc_clock:
@@ -177,11 +194,18 @@ def run_engine(text: str, registry: Registry) -> EngineRun:
         parsed = time.perf_counter()
         plan = validate_plan(data, source, registry, base_dir=BASE_DIR)
         validated = time.perf_counter()
+        cpu = time.process_time()
         bus = EventBus("bench")
         bus.subscribe(events.append)
-        executor = Executor(plan, registry=registry, base_dir=BASE_DIR, events=bus, run_id="bench")
-        result = asyncio.run(executor.run())
+        if store is None:
+            executor = Executor(
+                plan, registry=registry, base_dir=BASE_DIR, events=bus, run_id="bench"
+            )
+            result = asyncio.run(executor.run())
+        else:
+            result = run_journaled(plan, registry, bus, store)
         finished = time.perf_counter()
+        cpu = time.process_time() - cpu
     return EngineRun(
         parsed - started,
         validated - parsed,
@@ -189,7 +213,62 @@ def run_engine(text: str, registry: Registry) -> EngineRun:
         gc_clock.seconds,
         len(events),
         result,
+        cpu,
     )
+
+
+def run_journaled(plan: Plan, registry: Registry, bus: EventBus, path: Path) -> RunResult:
+    """Run `plan` with a journal, wired as `engine.app.launch.open_journal` and
+    `engine._session_run.SessionRun._execute` wire it."""
+    store = open_store(path)
+    try:
+        run_id = uuid.uuid4().hex[:12]
+        store.begin(
+            RunRecord(
+                id=run_id,
+                name=plan.name,
+                recipe=None,
+                base_dir=str(BASE_DIR),
+                started=time.time(),
+                pid=os.getpid(),
+            )
+        )
+        store.append(run_id, "start", None, {"segment": 1, "pid": os.getpid()}, durable=True)
+        journal = Journal(store, run_id)
+        approver: Approver = journal.approver(FailClosed())
+        results: Results = journal.results(LiveResults())
+        journal.plan(plan.to_data(), inputs={}, model=None)
+        bus.run_id = run_id
+        executor = Executor(
+            plan,
+            registry=registry,
+            base_dir=BASE_DIR,
+            events=bus,
+            run_id=run_id,
+            approver=approver,
+            tool_results=results,
+        )
+        journal.watch(executor)
+        result = asyncio.run(executor.run())
+        journal.finish(result)
+        return result
+    finally:
+        store.close()
+
+
+def check_journal(path: Path, steps: int) -> None:
+    """The newest run in the store at `path` is journaled whole: its plan, a result per
+    step and per tool call, and its end."""
+    store = open_store(path, create=False)
+    try:
+        [record] = store.runs(1)
+        kinds = [entry.kind for entry in store.journal(record.id)]
+    finally:
+        store.close()
+    counts = {kind: kinds.count(kind) for kind in set(kinds)}
+    wanted = {"start": 1, "plan": 1, "step": steps, "end": 1}  # read-only calls: no entries
+    if counts != wanted or record.status != "succeeded" or record.done != steps:
+        raise SystemExit(f"the journal is not whole: {counts} (wanted {wanted}), {record}")
 
 
 # -- the baseline --------------------------------------------------------------------------
@@ -348,27 +427,173 @@ def measure_validation(args: argparse.Namespace, registry: Registry) -> dict[str
     }
 
 
-def profile_engine(args: argparse.Namespace, registry: Registry, limit: int = 25) -> str:
-    """cProfile of one whole engine run (after a warm-up), by own time and by cumulative."""
+def measure_store(args: argparse.Namespace, registry: Registry) -> dict[str, Any]:
+    """The same DAG with its run journaled to a SQLite store ("on") and without ("off"),
+    interleaved in this process; the added cost is the median of the paired differences
+    of the execute phase (parsing and validating are the same either way)."""
     nodes = layered_dag(args.steps, args.width, args.seed)
     text = recipe_text(nodes, args.width)
+    expected = expected_outputs(nodes)
+    steps = len(nodes)
+    with tempfile.TemporaryDirectory(prefix="planloom-bench-", dir=args.store_dir) as folder:
+        path = Path(folder) / "runs.db"
+        # Warm-up: the store's creation and the journal's code paths.
+        check_engine(run_engine(text, registry, path), expected)
+        check_journal(path, steps)
+        off: list[EngineRun] = []
+        on: list[EngineRun] = []
+        for index in range(args.repeat):
+            # alternate which goes first, so a drift of the machine hits both alike
+            for journaled in (False, True) if index % 2 == 0 else (True, False):
+                gc.collect()
+                run = run_engine(text, registry, path if journaled else None)
+                check_engine(run, expected)
+                if journaled:
+                    check_journal(path, steps)
+                (on if journaled else off).append(run)
+        store_bytes = sum(f.stat().st_size for f in Path(folder).iterdir())
+    runs_in_store = args.repeat + 1
+    pairs = list(zip(on, off, strict=True))
+    added = [(a.exec_seconds - b.exec_seconds) / steps * 1e6 for a, b in pairs]
+    added_cpu = [(a.exec_cpu_seconds - b.exec_cpu_seconds) / steps * 1e6 for a, b in pairs]
+    off_exec = statistics.median(r.exec_seconds for r in off)
+    on_exec = statistics.median(r.exec_seconds for r in on)
+    off_total = statistics.median(r.total_seconds for r in off)
+    on_total = statistics.median(r.total_seconds for r in on)
+    added_us = statistics.median(added)
+    return {
+        "store_steps": steps,
+        "store_repeat": args.repeat,
+        "store_off_exec_us_per_step": off_exec / steps * 1e6,
+        "store_on_exec_us_per_step": on_exec / steps * 1e6,
+        "store_off_gc_us_per_step": statistics.median(r.gc_seconds for r in off) / steps * 1e6,
+        "store_on_gc_us_per_step": statistics.median(r.gc_seconds for r in on) / steps * 1e6,
+        "store_added_us_per_step": added_us,
+        "store_added_us_per_step_min": min(added),
+        "store_added_us_per_step_max": max(added),
+        "store_added_cpu_us_per_step": statistics.median(added_cpu),
+        "store_exec_ratio": on_exec / off_exec,
+        "store_total_ratio": on_total / off_total,
+        "store_bytes_per_run": store_bytes / runs_in_store,
+        "store_target_us_per_step": TARGET_STORE_US_PER_STEP,
+        "store_target_met": added_us <= TARGET_STORE_US_PER_STEP,
+    }
+
+
+def profile_engine(args: argparse.Namespace, registry: Registry, limit: int = 25) -> str:
+    """cProfile of one whole engine run (after a warm-up), by own time and by cumulative;
+    then the same of one run journaled to a store, with where the journal's time goes."""
+    nodes = layered_dag(args.steps, args.width, args.seed)
+    text = recipe_text(nodes, args.width)
+    out = io.StringIO()
     run_engine(text, registry)
     profiler = cProfile.Profile()
     profiler.enable()
     run_engine(text, registry)
     profiler.disable()
-    out = io.StringIO()
     stats = pstats.Stats(profiler, stream=out)
     for key in ("tottime", "cumulative"):
         out.write(f"\n=== engine run of {len(nodes)} steps, top {limit} by {key} ===\n")
         stats.sort_stats(key).print_stats(limit)
+    with tempfile.TemporaryDirectory(prefix="planloom-bench-", dir=args.store_dir) as folder:
+        path = Path(folder) / "runs.db"
+        run_engine(text, registry, path)
+        # GC off: a collection's pause would be charged to whatever function it interrupted,
+        # and the journal's own costs are what this profile is for (GC is timed apart).
+        gc.collect()
+        gc.disable()
+        profiler = cProfile.Profile()
+        try:
+            profiler.enable()
+            run_engine(text, registry, path)
+            profiler.disable()
+        finally:
+            gc.enable()
+    stats = pstats.Stats(profiler, stream=out)
+    for key in ("tottime", "cumulative"):
+        out.write(
+            f"\n=== engine run of {len(nodes)} steps journaled to a store (GC off), top "
+            f"{limit} by {key} ===\n"
+        )
+        stats.sort_stats(key).print_stats(limit)
+    out.write(journal_breakdown(stats, len(nodes)))
     return out.getvalue()
+
+
+# Where a journaled run's extra time goes: the journal's seams, the store, and what they
+# call (redaction, JSON, hashing, SQLite).
+_JOURNAL_FILES = ("engine/journal.py", "engine/_sqlite_store.py", "engine/store.py")
+_JOURNAL_CALLEES = (
+    ("engine/_secrets", ""),
+    ("engine/cassette.py", ""),
+    ("engine/model.py", "to_data"),
+    ("~", "<method 'execute"),
+    ("~", "<method 'executemany"),
+    ("json/", ""),
+    ("~", "<built-in method _hashlib"),
+)
+
+
+def journal_breakdown(stats: pstats.Stats, steps: int, limit: int = 30) -> str:
+    """The functions of the journal and the store, and the functions they lean on, by
+    cumulative time (µs per step); a function's cumulative time includes its callees', so
+    the rows overlap."""
+    table: dict[tuple[str, int, str], tuple[int, int, float, float, dict[Any, Any]]]
+    table = stats.stats  # type: ignore[attr-defined]  # pstats keeps its table untyped
+    rows = []
+    for (file, line, name), (_calls, ncalls, tottime, cumtime, _callers) in table.items():
+        ours = file.endswith(_JOURNAL_FILES)
+        leaned_on = any(where in file and name.startswith(what) for where, what in _JOURNAL_CALLEES)
+        if ours or leaned_on:
+            where = "/".join(Path(file).parts[-2:]) if file != "~" else ""
+            rows.append((cumtime, tottime, ncalls, f"{where}:{line}({name})"))
+    rows.sort(reverse=True)
+    lines = [
+        f"\n=== the journal's time, µs per step ({steps} steps), by cumulative ===",
+        f"{'cumulative':>10}  {'own':>8}  {'calls':>8}  function",
+    ]
+    for cumtime, tottime, ncalls, label in rows[:limit]:
+        lines.append(
+            f"{cumtime / steps * 1e6:10.2f}  {tottime / steps * 1e6:8.2f}  {ncalls:8d}  {label}"
+        )
+    return "\n".join(lines) + "\n"
 
 
 # -- output --------------------------------------------------------------------------------
 
 
 def report(figures: dict[str, Any]) -> str:
+    lines = []
+    if "steps" in figures:
+        lines.append(report_overhead(figures))
+    if "store_steps" in figures:
+        lines.append(report_store(figures))
+    return "\n".join(lines)
+
+
+def report_store(f: dict[str, Any]) -> str:
+    verdict = "PASS" if f["store_target_met"] else "FAIL"
+    return "\n".join(
+        [
+            f"store on vs off: {f['store_steps']} steps journaled to a SQLite run store in a "
+            f"temp dir; execute phase, median of {f['store_repeat']} paired runs",
+            f"  store off:            {f['store_off_exec_us_per_step']:8.1f} µs/step  "
+            f"(gc {f['store_off_gc_us_per_step']:.1f})",
+            f"  store on:             {f['store_on_exec_us_per_step']:8.1f} µs/step  "
+            f"(gc {f['store_on_gc_us_per_step']:.1f}; "
+            f"{f['store_bytes_per_run'] / 1e3:.0f} kB of store per run)",
+            f"  added by the journal: {f['store_added_us_per_step']:8.1f} µs/step  "
+            f"(paired runs: {f['store_added_us_per_step_min']:.1f} to "
+            f"{f['store_added_us_per_step_max']:.1f}; CPU time of this process: "
+            f"{f['store_added_cpu_us_per_step']:.1f})",
+            f"  ratio on/off:         {f['store_exec_ratio']:8.2f}x execute, "
+            f"{f['store_total_ratio']:.2f}x whole pipeline",
+            f"  target ≤ {f['store_target_us_per_step']:g} µs/step added: {verdict}",
+        ]
+    )
+
+
+def report_overhead(figures: dict[str, Any]) -> str:
     f = figures
 
     def verdict(key: str) -> str:
@@ -424,7 +649,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=DEFAULT_SEED, help="DAG shape seed")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     parser.add_argument(
-        "--profile", action="store_true", help="also print a cProfile of one engine run"
+        "--profile",
+        action="store_true",
+        help="also print (on stderr) a cProfile of one engine run, and of one journaled run",
+    )
+    parser.add_argument("--store-only", action="store_true", help="only the store on vs off figure")
+    parser.add_argument(
+        "--store-dir",
+        default=None,
+        metavar="DIR",
+        help="where the temporary run store goes (default: the system's temp folder)",
     )
     args = parser.parse_args(argv)
     if not 1 <= args.width <= 1024:
@@ -438,7 +672,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     registry = make_registry()
-    figures = {**measure_overhead(args, registry), **measure_validation(args, registry)}
+    figures: dict[str, Any] = {}
+    if not args.store_only:
+        figures |= measure_overhead(args, registry) | measure_validation(args, registry)
+    figures |= measure_store(args, registry)
     print(json.dumps(figures, indent=2) if args.json else report(figures))
     if args.profile:
         print(profile_engine(args, registry), file=sys.stderr)

@@ -157,6 +157,10 @@ def _read_step(run: RunView, entry: Entry, data: dict[str, Any]) -> None:
     step.started = as_time(data.get("started"))
     step.finished = as_time(data.get("finished"))
     step.attempts = [a for a in as_list(data.get("attempts")) if isinstance(a, dict)]
+    if not step.attempts and as_int(step.result.get("attempts")) == 1 and step.finished:
+        # The journal leaves out a lone attempt that went well: it spans the step.
+        span = {"n": 1, "started": step.started, "finished": step.finished, "outcome": "ok"}
+        step.attempts = [span]
     step.gates = [g for g in as_list(data.get("gates")) if isinstance(g, dict)]
     llm = as_dict(data.get("llm"))
     step.llm = {k: as_int(llm.get(k)) for k in ("calls", "prompt_tokens", "completion_tokens")}

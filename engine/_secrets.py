@@ -26,6 +26,7 @@ Both layers replace what they find with `[REDACTED]` and are idempotent.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import threading
@@ -35,9 +36,15 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from engine._secrets_encodings import encodings, trie_pattern
-from engine._secrets_http import is_sensitive_field, redact_field, redact_headers, redact_url
+from engine._secrets_http import (
+    SENSITIVE_WORDS,
+    is_sensitive_field,
+    redact_field,
+    redact_headers,
+    redact_url,
+)
 from engine._secrets_names import declare_secret_env_names, is_secret_env_name
-from engine._secrets_text import REDACTED, redact_text_structures
+from engine._secrets_text import REDACTED, TRIGGERS, redact_text_structures
 
 __all__ = [
     "REDACTED",
@@ -50,6 +57,8 @@ __all__ = [
 ]
 
 _MEMO_TEXT = 200  # longest string whose redaction is remembered
+_FIELD_WORDS = re.compile("|".join(re.escape(word) for word in SENSITIVE_WORDS))
+_ANY_WORDS = re.compile("|".join(re.escape(word) for word in {*SENSITIVE_WORDS, *TRIGGERS}))
 _MEMO_ENTRIES = 50_000
 
 
@@ -225,6 +234,25 @@ class Secrets:
         if isinstance(obj, tuple):
             return tuple(self.redact_value(item) for item in obj)
         return obj
+
+    def redact_json(self, value: Any) -> str:
+        """`value` as compact JSON text, redacted as `redact_value` redacts it.
+
+        For large documents (a plan): one pass over the text shows whether anything in it
+        can need redacting (a registered secret, a credential's trigger word, a sensitive
+        field name, or an escape that could hide one), and only then is the value walked.
+        """
+        text = json.dumps(value, ensure_ascii=False, separators=(",", ":"), default=repr)
+        pattern = self._compiled()
+        words = _ANY_WORDS if self.structural else _FIELD_WORDS
+        if (
+            "\\" in text
+            or (pattern is not None and pattern.search(text) is not None)
+            or words.search(text.lower()) is not None
+        ):
+            redacted = self.redact_value(value)
+            return json.dumps(redacted, ensure_ascii=False, separators=(",", ":"), default=repr)
+        return text
 
     def redact_exception_text(self, exc: BaseException) -> str:
         """`str(exc)` (plus any `add_note` notes), redacted: safe to log or show a model."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Iterable, Mapping
 from typing import overload
@@ -72,6 +73,22 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, netloc, parts.path, query, fragment))
 
 
+SENSITIVE_WORDS = (
+    "authorization",
+    "cookie",
+    "token",
+    "secret",
+    "passw",
+    "apikey",
+    "api-key",
+    "api_key",
+    "access-key",
+    "access_key",
+    "private-key",
+    "private_key",
+    "credential",
+)
+"""Words one of which every sensitive field name holds (lowercase), for a quick check."""
 _SENSITIVE_FIELD = re.compile(
     r"(?:^|[-_])(?:authorization|cookie|token|secret|password|passwd|api[-_]?key|apikey"
     r"|access[-_]key|secret[-_]key|private[-_]key|credentials?)(?:$|[-_])",
@@ -80,6 +97,7 @@ _SENSITIVE_FIELD = re.compile(
 _AUTH_SCHEME = re.compile(r"(?i)^\s*([a-z][a-z0-9-]*)\s+\S")
 
 
+@functools.lru_cache(maxsize=4096)  # field names repeat: every event and entry has the same few
 def is_sensitive_field(name: str) -> bool:
     """Whether a header or field named `name` holds a credential (`X-Api-Key`, `password`)."""
     return _SENSITIVE_FIELD.search(name) is not None

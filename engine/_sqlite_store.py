@@ -21,11 +21,12 @@ from pathlib import Path
 from typing import Any
 
 from engine.errors import ConfigurationError
-from engine.store import Entry, EntryKind, RunRecord
+from engine.store import Entry, EntryKind, JSONText, RunRecord
 
 __all__ = ["SqliteStore", "is_alive", "open_store", "process_start"]
 
 FORMAT = 1
+_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
 BATCH = 256
 BATCH_SECONDS = 0.25
 
@@ -120,12 +121,25 @@ class SqliteStore:
                     f"reads format {FORMAT}); use --store to start a new one"
                 )
         except sqlite3.DatabaseError as exc:
-            raise ConfigurationError(f"run store {path}: {exc}") from None
+            self._close_quietly()
+            raise ConfigurationError(
+                f"run store {path}: {exc}; move the file aside (runs in it are lost to "
+                "planloom) or pass --store PATH for another store"
+            ) from None
+        except ConfigurationError:
+            self._close_quietly()
+            raise
         except OSError as exc:
+            self._close_quietly()
             raise ConfigurationError(f"run store {path}: {exc.strerror or exc}") from None
         self._pending: list[tuple[str, int, float, str, str | None, str]] = []
         self._since = time.monotonic()
         self._seq: dict[str, int] = {}
+
+    def _close_quietly(self) -> None:
+        db = getattr(self, "_db", None)
+        if db is not None:
+            db.close()
 
     # -- writing -------------------------------------------------------------------------
 
@@ -166,7 +180,7 @@ class SqliteStore:
     ) -> None:
         seq = self._seq[run_id]
         self._seq[run_id] = seq + 1
-        text = json.dumps(data, ensure_ascii=False, separators=(",", ":"), default=repr)
+        text = str(data) if isinstance(data, JSONText) else _encode(data)
         self._pending.append((run_id, seq, time.time(), kind, scope, text))
         if (
             durable
@@ -193,15 +207,21 @@ class SqliteStore:
         with self._transaction():
             self._write_pending()
 
-    def finish(self, run_id: str, status: str, usage: Mapping[str, Any], done: int) -> None:
+    def finish(
+        self, run_id: str, status: str, usage: Mapping[str, Any], done: int, end: Any
+    ) -> None:
+        self.append(run_id, "end", None, end, durable=False)  # committed with the update
         self.update(
             run_id, status=status, finished=time.time(), usage=dict(usage), done=done, pid=None
         )
 
     def close(self) -> None:
-        with contextlib.suppress(sqlite3.Error):
-            self.flush()
-        self._db.close()
+        """Write what is batched (if the file still takes it) and close."""
+        try:
+            with contextlib.suppress(ConfigurationError):  # a full disk at the end of a run
+                self.flush()
+        finally:
+            self._db.close()
 
     def _write_pending(self) -> None:
         if self._pending:

@@ -8,8 +8,10 @@ events for each step's result and timeline (`watch`).
 
 Each tool call with side effects is journaled before it starts (its *intent*, committed
 before the call is made) and after it ends (its result or error); model exchanges,
-decisions and answers are committed as they happen; step results and read-only calls go in
-batches (losing them costs a harmless repeat). Entries are the cassette's models
+decisions and answers are committed as they happen; step results go in batches (losing
+them costs a harmless repeat). Read-only calls are not journaled on their own: their
+outputs are in their steps' results, and a resume makes them again. Entries are the
+cassette's models
 (`ToolResult`, `LLMExchange`, `Approval`, `Answer`), keyed the same way, with secrets
 redacted.
 
@@ -41,9 +43,9 @@ from engine.errors import ReplayMismatch, StepError
 from engine.events import Event
 from engine.llm import Answers, ChatResult
 from engine.questions import Question
-from engine.results import Decision, RunResult
+from engine.results import Decision, RunResult, StepResult
 from engine.sandbox import Results, ToolCall
-from engine.store import EntryKind, RunStore
+from engine.store import EntryKind, JSONText, RunStore
 
 if TYPE_CHECKING:
     from engine._journal_resume import Resumed, ToolKey
@@ -55,6 +57,18 @@ JOURNAL = "journal"
 """The `by` of a decision on a call served from the journal (it ran before the resume)."""
 
 _KEPT = frozenset({"succeeded", "fallback", "failed_acceptable", "skipped"})
+_TIMELINE = frozenset(
+    {
+        "llm.called",
+        "step.started",
+        "attempt.started",
+        "attempt.finished",
+        "gate.decided",
+        "step.finished",
+    }
+)
+"""The events a step's journaled timeline is made of."""
+_ATTEMPT = ("n", "started", "action", "finished", "outcome", "error")
 
 
 class Journal:
@@ -82,7 +96,10 @@ class Journal:
         self.ordinals: Counter[tuple[Any, ...]] = Counter()
         self.done = len(resumed.kept) if resumed is not None else 0
         self.steps = 0
-        self._timelines: dict[str, dict[str, Any]] = {}
+        self._started: dict[str, float] = {}
+        self._attempts: dict[str, list[list[Any]]] = {}
+        self._gates: dict[str, list[dict[str, Any]]] = {}
+        self._journaled: set[str] = set(resumed.steps) if resumed is not None else set()
         self._usage: dict[str, dict[str, int]] = {}
 
     # -- writing -------------------------------------------------------------------------
@@ -99,14 +116,23 @@ class Journal:
         self.secrets.add_environ()  # variables grants declared secret as they validated
         self.steps = sum(len(plan.get(section) or []) for section in ("steps", "finally"))
         self.store.update(self.run_id, steps=self.steps)
-        data = {"plan": self.redact(plan), "inputs": self.redact(inputs), "model": model}
+        # A plan may be large: redacted as text, in one pass when nothing in it can need it.
+        rest = self.secrets.redact_json({"inputs": inputs, "model": model})
+        data = JSONText(f'{{"plan":{self.secrets.redact_json(plan)},{rest[1:]}')
         self.write("plan", None, data, durable=True)
 
     def finish(self, result: RunResult) -> None:
-        """The run ended: its result (for `planloom show`), status and usage."""
-        data = self.redact(result.model_dump(mode="json", exclude={"replay"}))
-        self.write("end", None, data, durable=True)
-        self.store.finish(self.run_id, result.status, result.usage.model_dump(), self.done)
+        """The run ended: its result (for `planloom show`: the steps' results are their
+        `step` entries; only steps that never started are here), status and usage, in one
+        transaction."""
+        unstarted = {k: v for k, v in result.steps.items() if k not in self._journaled}
+        data = self.redact(
+            {
+                **result.model_dump(mode="json", exclude={"replay", "steps"}),
+                "steps": {k: v.model_dump(mode="json") for k, v in unstarted.items()},
+            }
+        )
+        self.store.finish(self.run_id, result.status, result.usage.model_dump(), self.done, data)
 
     def next_ordinal(self, *key: Any) -> int:
         ordinal = self.ordinals[key]
@@ -134,6 +160,8 @@ class Journal:
 
     def _seen(self, executor: Executor, event: Event) -> None:
         kind, step_id = event.kind, event.step_id
+        if kind not in _TIMELINE:  # tool calls: their entries are written by `results`
+            return
         if kind == "llm.called":
             scope = current_scope()
             owner = step_of(scope) if scope is not None else None
@@ -144,47 +172,62 @@ class Journal:
             return
         if step_id is None:
             return
+        # Few objects per step: this runs for every event of a run.
         if kind == "step.started":
-            self._timelines[step_id] = {"started": event.ts, "attempts": [], "gates": []}
-            return
-        timeline = self._timelines.setdefault(step_id, {"attempts": [], "gates": []})
-        if kind == "attempt.started":
-            timeline["attempts"].append(
-                {"n": event.attempt, "started": event.ts, "action": event.data.get("action")}
-            )
+            self._started[step_id] = event.ts
+        elif kind == "attempt.started":
+            attempt = [event.attempt, event.ts, event.data.get("action")]
+            tried = self._attempts.get(step_id)
+            if tried is None:
+                self._attempts[step_id] = [attempt]
+            else:
+                tried.append(attempt)
         elif kind == "attempt.finished":
-            for attempt in reversed(timeline["attempts"]):
-                if attempt["n"] == event.attempt and "finished" not in attempt:
-                    attempt.update(
-                        finished=event.ts,
-                        outcome=event.data.get("outcome"),
-                        error=event.data.get("error"),
-                    )
+            for attempt in reversed(self._attempts.get(step_id) or []):
+                if attempt[0] == event.attempt and len(attempt) == 3:
+                    attempt += [event.ts, event.data.get("outcome"), event.data.get("error")]
                     break
         elif kind == "gate.decided":
-            timeline["gates"].append(
+            data = event.data
+            self._gates.setdefault(step_id, []).append(
                 {
                     "at": event.ts,
-                    "action": event.data.get("action"),
-                    "approved": event.data.get("approved"),
-                    "by": event.data.get("by"),
-                    "reason": event.data.get("reason"),
+                    "action": data.get("action"),
+                    "approved": data.get("approved"),
+                    "by": data.get("by"),
+                    "reason": data.get("reason"),
                 }
             )
         elif kind == "step.finished":
-            result = executor.results[step_id]
-            del self._timelines[step_id]
-            if result.status in _KEPT:
-                self.done += 1
-            data = {
-                "result": self.redact(result.model_dump(mode="json", exclude_none=True)),
-                "started": timeline.get("started"),
-                "finished": event.ts,
-                "attempts": timeline["attempts"],
-                "gates": timeline["gates"],
-                "llm": dict(self._usage.pop(step_id, {})),
-            }
-            self.write("step", step_id, data, durable=False)
+            self._step_finished(executor.results[step_id], step_id, event.ts)
+
+    def _step_finished(self, result: StepResult, step_id: str, at: float) -> None:
+        self._journaled.add(step_id)
+        if result.status in _KEPT:
+            self.done += 1
+        ended: dict[str, Any] = {"status": result.status, "attempts": result.attempts}
+        if result.output is not None:  # the error and transcript are redacted already
+            ended["output"] = self.redact(result.output)
+        if result.error is not None:
+            ended["error"] = result.error
+        if result.transcript is not None:
+            ended["transcript"] = result.transcript
+        data: dict[str, Any] = {
+            "result": ended,
+            "started": self._started.pop(step_id, None),
+            "finished": at,
+        }
+        attempts = self._attempts.pop(step_id, None)
+        if attempts and (len(attempts) > 1 or attempts[0][4:5] != ["ok"]):
+            # (one attempt that went well is the step's own span)
+            data["attempts"] = [dict(zip(_ATTEMPT, attempt, strict=False)) for attempt in attempts]
+        gates = self._gates.pop(step_id, None)
+        if gates:
+            data["gates"] = gates
+        usage = self._usage.pop(step_id, None)
+        if usage:
+            data["llm"] = dict(usage)
+        self.write("step", step_id, data, durable=False)
 
     def _key(self, call: ToolCall, *, peek: bool) -> tuple[ToolKey, Any]:
         """The call's journal key (as a cassette's) and its redacted params."""
@@ -198,7 +241,9 @@ class Journal:
 
 class _JournalResults:
     """Tool results: served from the journal on a resume, else made (through `inner`) and
-    journaled, with an intent first for a call with side effects."""
+    journaled, with an intent first. Read-only calls are neither journaled nor served (a
+    resume makes them again: they change nothing); their outputs are in their steps'
+    results."""
 
     def __init__(self, journal: Journal, inner: Results) -> None:
         self.journal = journal
@@ -206,7 +251,7 @@ class _JournalResults:
 
     def serves(self, call: ToolCall) -> bool:
         resumed = self.journal.resumed
-        if resumed is not None and call.recorded:
+        if resumed is not None and call.recorded and not call.read_only:
             key, _ = self.journal._key(call, peek=True)
             if key in resumed.tools:
                 return True
@@ -228,7 +273,7 @@ class _JournalResults:
     async def result(
         self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
     ) -> Any:
-        if not call.recorded:  # its model's or person's answers are journaled instead
+        if not call.recorded or call.read_only:  # see the class docstring
             return await self.inner.result(call, live, replayed=replayed)
         journal = self.journal
         key, shown = journal._key(call, peek=False)
@@ -240,7 +285,6 @@ class _JournalResults:
                 if entry.error is not None:
                     raise rebuild_error(entry.error, call.step_id)
                 return entry.output
-        side_effect = not call.read_only
         base = {
             "step": scope,
             "attempt": attempt,
@@ -248,18 +292,15 @@ class _JournalResults:
             "params_hash": params_hash,
             "ordinal": ordinal,
         }
-        if side_effect:  # on disk before the call is made
-            journal.write("intent", scope, {**base, "params": shown}, durable=True)
+        journal.write("intent", scope, {**base, "params": shown}, durable=True)  # on disk first
         try:
             output = await self.inner.result(call, live, replayed=replayed)
         except StepError as exc:
             if not isinstance(exc, ReplayMismatch):
                 error = record_error(exc, journal.secrets.redact).model_dump(exclude_none=True)
-                journal.write("tool", scope, {**base, "error": error}, durable=side_effect)
+                journal.write("tool", scope, {**base, "error": error}, durable=True)
             raise
-        journal.write(
-            "tool", scope, {**base, "output": journal.redact(output)}, durable=side_effect
-        )
+        journal.write("tool", scope, {**base, "output": journal.redact(output)}, durable=True)
         return output
 
 

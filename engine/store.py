@@ -24,6 +24,7 @@ __all__ = [
     "STORE_DIR",
     "Entry",
     "EntryKind",
+    "JSONText",
     "RunRecord",
     "RunStore",
     "default_store_path",
@@ -38,6 +39,12 @@ EntryKind = Literal["start", "plan", "step", "intent", "tool", "llm", "approval"
 tool call about to start), `tool` (its result or error), `llm` (a model exchange),
 `approval` (a gate decision, or the review of a model-written plan), `answer` (a person's
 answer to `human.ask`), `end` (the run's result, as `--json` prints it)."""
+
+
+class JSONText(str):
+    """Entry data given already encoded as JSON text (a large plan, redacted as text)."""
+
+    __slots__ = ()
 
 
 @dataclass(frozen=True)
@@ -112,7 +119,9 @@ class RunStore(Protocol):
 
     def append(
         self, run_id: str, kind: EntryKind, scope: str | None, data: Any, *, durable: bool
-    ) -> None: ...
+    ) -> None:
+        """Add an entry: JSON data, or `JSONText`."""
+        ...
 
     def update(self, run_id: str, **fields: Any) -> None:
         """Change summary fields of a run (`done`, `steps`, `usage`...)."""
@@ -120,8 +129,11 @@ class RunStore(Protocol):
 
     def flush(self) -> None: ...
 
-    def finish(self, run_id: str, status: str, usage: Mapping[str, Any], done: int) -> None:
-        """The run ended (or stopped, for a `cancelled` one): its status and usage."""
+    def finish(
+        self, run_id: str, status: str, usage: Mapping[str, Any], done: int, end: Any
+    ) -> None:
+        """The run ended (or stopped, for a `cancelled` one): its `end` entry, status and
+        usage, written in one transaction (a run is never seen ended without its end)."""
         ...
 
     def get(self, run_id: str) -> RunRecord | None: ...

@@ -65,17 +65,20 @@ def result_of(found: Found) -> tuple[RunResult, str]:
     the status to show."""
     status = shown_status(found.record)
     ended = found.journal.result
+    unstarted = ended.get("steps") if ended is not None else None
+    steps = {step_id: StepResult() for step_id in _plan_ids(found.journal.plan)}
+    for step_id, data in [*found.journal.steps.items(), *dict(unstarted or {}).items()]:
+        try:
+            steps[step_id] = StepResult.model_validate(
+                data.get("result") or {} if step_id in found.journal.steps else data
+            )
+        except (ValidationError, AttributeError):
+            continue
     if ended is not None and status != "running":
         try:
-            return RunResult.model_validate(ended), status
+            return RunResult.model_validate({**ended, "steps": steps}), status
         except ValidationError:
-            pass  # written by another planloom version: rebuild it from the steps
-    steps = {step_id: StepResult() for step_id in _plan_ids(found.journal.plan)}
-    for step_id, data in found.journal.steps.items():
-        try:
-            steps[step_id] = StepResult.model_validate(data.get("result") or {})
-        except ValidationError:
-            continue
+            pass  # written by another planloom version: rebuilt from the steps below
     in_flight = {key[0].split("[", 1)[0] for key in found.journal.doubts}
     for step_id in in_flight:
         if steps.get(step_id, StepResult()).status == "pending":
