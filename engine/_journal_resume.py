@@ -21,12 +21,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from engine._graph import step_dependencies
 from engine._scope import step_of
 from engine.cassette import Answer, LLMExchange, ToolResult
+from engine.model import Plan
 from engine.results import StepResult
 from engine.store import Entry
 
-__all__ = ["Intent", "Resumed", "ToolKey", "changed_steps", "resumed_from"]
+__all__ = ["Intent", "Resumed", "ToolKey", "changed_steps", "kept_steps", "resumed_from"]
 
 _KEPT = frozenset({"succeeded", "fallback", "failed_acceptable", "skipped"})
 _ENDED = frozenset({"failed", "denied"})
@@ -112,6 +114,24 @@ def resumed_from(entries: list[Entry]) -> Resumed:
     resumed.llm = {k: v for k, v in resumed.llm.items() if step_of(k[0]) not in ended}
     resumed.answers = {k: v for k, v in resumed.answers.items() if step_of(k[0]) not in ended}
     return resumed
+
+
+def kept_steps(plan: Plan, kept: dict[str, StepResult]) -> dict[str, StepResult]:
+    """The steps a resume keeps: those that ended well and whose every dependency is kept.
+
+    A step skipped because a step it needs failed is run again once that step runs again
+    (its skip no longer holds); a step that ran needed only steps that ended well.
+    """
+    steps = {step.id: step for step in plan.all_steps()}
+    keeping = {k: v for k, v in kept.items() if k in steps}
+    changed = True
+    while changed:
+        changed = False
+        for step_id in list(keeping):
+            if any(dep not in keeping for dep in step_dependencies(steps[step_id])):
+                del keeping[step_id]
+                changed = True
+    return keeping
 
 
 def _step_ids(plan: dict[str, Any] | None) -> set[str]:

@@ -39,7 +39,7 @@ from engine.cassette import (
     rebuild_error,
     record_error,
 )
-from engine.errors import ReplayMismatch, StepError
+from engine.errors import ReplayMismatch, StepError, StepFailed
 from engine.events import Event
 from engine.llm import Answers, ChatResult
 from engine.questions import Question
@@ -48,7 +48,7 @@ from engine.sandbox import Results, ToolCall
 from engine.store import EntryKind, JSONText, RunStore
 
 if TYPE_CHECKING:
-    from engine._journal_resume import Resumed, ToolKey
+    from engine._journal_resume import Intent, Resumed, ToolKey
     from engine.executor import Executor
 
 __all__ = ["JOURNAL", "Journal"]
@@ -94,6 +94,7 @@ class Journal:
         self.secrets = secrets if secrets is not None else Secrets.from_environ()
         self.resumed = resumed
         self.ordinals: Counter[tuple[Any, ...]] = Counter()
+        self.settled: set[ToolKey] = set()  # calls in doubt that were made again
         self.done = len(resumed.kept) if resumed is not None else 0
         self.steps = 0
         self._started: dict[str, float] = {}
@@ -258,17 +259,34 @@ class _JournalResults:
         return self.inner.serves(call)
 
     def in_doubt(self, call: ToolCall) -> str | None:
-        resumed = self.journal.resumed
-        if resumed is not None and call.recorded and not call.read_only:
+        if self.journal.resumed is not None and call.recorded and not call.read_only:
             key, _ = self.journal._key(call, peek=True)
-            intent = resumed.doubts.get(key)
-            if intent is not None and key not in resumed.tools:
+            doubt = self._doubt(key)
+            if doubt is not None:
+                _, intent = doubt
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(intent.at))
+                changed = "" if intent.call.params_hash == key[3] else " (with other params)"
                 return (
-                    f"this call was in flight when the run stopped ({when}): it may already "
-                    "have happened"
+                    f"a call of {intent.call.action}{changed} was in flight when the run "
+                    f"stopped ({when}): it may already have happened"
                 )
         return self.inner.in_doubt(call)
+
+    def _doubt(self, key: ToolKey) -> tuple[ToolKey, Intent] | None:
+        """The intent with no result this call may repeat: its own, or, when its params
+        changed since (rendered from a kept step's redacted output, a read made again),
+        one of the same step, attempt and action that no call has taken up yet."""
+        resumed = self.journal.resumed
+        assert resumed is not None
+        if key in resumed.tools:
+            return None
+        settled = self.journal.settled
+        if key in resumed.doubts and key not in settled:
+            return key, resumed.doubts[key]
+        for other, intent in resumed.doubts.items():
+            if other[:3] == key[:3] and other not in settled and other not in resumed.tools:
+                return other, intent
+        return None
 
     async def result(
         self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
@@ -285,6 +303,15 @@ class _JournalResults:
                 if entry.error is not None:
                     raise rebuild_error(entry.error, call.step_id)
                 return entry.output
+            if replayed:  # approved on the promise that it is served: never run it live
+                raise StepFailed(
+                    f"{action}: the journal was to serve this call (params hash "
+                    f"{params_hash}, repeat #{ordinal}) but holds no result for it; nothing "
+                    "was run"
+                )
+            doubt = self._doubt(key)
+            if doubt is not None:  # asked about as in doubt, and approved: taken up
+                journal.settled.add(doubt[0])
         base = {
             "step": scope,
             "attempt": attempt,

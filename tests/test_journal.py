@@ -770,3 +770,149 @@ def test_a_dry_run_and_a_pure_replay_write_no_run(tmp_path: Path) -> None:
     run_json("run", "r.yaml", "--replay", "c.yaml", cwd=tmp_path)
     assert not (tmp_path / "new.db").exists()
     assert not (tmp_path / ".planloom").exists()
+
+
+def test_a_call_in_flight_stays_in_doubt_when_its_params_changed_on_resume(
+    tmp_path: Path, marker: str
+) -> None:
+    """The call in flight appended its line with `-i word=one`; the resume is given
+    `-i word=two`, so the same call now has other params: it is still the call that may
+    have happened, and `--yes` cannot make it again."""
+    write(
+        tmp_path,
+        "r.yaml",
+        f"""\
+        version: 1
+        name: doubt
+        inputs:
+          word: {{type: string}}
+        capabilities:
+          shell: {{allow: [sh, sleep], unsafe_args: [sh]}}
+        steps:
+          - id: note
+            tool: shell.run
+            params:
+              argv: [sh, -c, "echo ${{{{ inputs.word }}}} >> ledger.txt; sleep {marker}"]
+            timeout: 300
+        """,
+    )
+    proc = subprocess.Popen(
+        [PLANLOOM, "run", "r.yaml", "--yes", "--store", "s.db", "-i", "word=one"],
+        cwd=tmp_path,
+        env=env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert gone(lambda: not pids_with(marker), within=TIMEOUT), "the call never started"
+    finally:
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+    assert gone(lambda: pids_with(marker), within=10)
+    assert lines(tmp_path / "ledger.txt") == ["one"]
+    [row] = stored_runs(tmp_path / "s.db", tmp_path)
+    resumed = run_json(
+        "resume", row["id"], "--yes", "--store", "s.db", "-i", "word=two", cwd=tmp_path, code=1
+    )
+    assert resumed["steps"]["note"]["status"] == "denied"
+    assert "may already have happened" in resumed["steps"]["note"]["error"]
+    [decision] = resumed["approvals"]
+    assert (decision["approved"], decision["by"]) == (False, "--yes")
+    assert lines(tmp_path / "ledger.txt") == ["one"]  # not made again, with either word
+
+
+def test_a_planned_goal_resumes_from_its_journaled_plan_without_planning_again(
+    tmp_path: Path, marker: str
+) -> None:
+    """`planloom plan GOAL` journals the model's plan; a resume runs that plan (the model
+    is not asked again), keeps the step that ended and puts the call in flight to the gate."""
+    write(
+        tmp_path,
+        "caps.yaml",
+        """\
+        capabilities:
+          shell: {allow: [sh, sleep], unsafe_args: [sh]}
+        """,
+    )
+    plan = {
+        "goal": "note twice",
+        "steps": [
+            {"id": "first", "tool": "shell.run", "params": {"argv": ["sh", "-c", "echo 1 >> l"]}},
+            {
+                "id": "second",
+                "tool": "shell.run",
+                "params": {"argv": ["sh", "-c", f"echo 2 >> l; sleep {marker}"]},
+                "timeout": 300,
+                "depends_on": ["first"],
+            },
+            {
+                "id": "third",
+                "tool": "shell.run",
+                "params": {"argv": ["sh", "-c", "echo 3 >> l"]},
+                "depends_on": ["second"],
+                "idempotent": True,
+            },
+        ],
+    }
+    with FakeOpenAIServer(lambda request: json.dumps(plan)) as server:
+        args = ["plan", "note twice", "--capabilities", "caps.yaml", "--yes"]
+        model = ["--base-url", server.base_url, "--model", "m"]
+        proc = subprocess.Popen(
+            [PLANLOOM, *args, *model],
+            cwd=tmp_path,
+            env=env(OPENAI_API_KEY="test"),
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            assert gone(lambda: not pids_with(marker), within=TIMEOUT), "second never started"
+        finally:
+            proc.kill()
+            proc.wait(timeout=TIMEOUT)
+        assert gone(lambda: pids_with(marker), within=10)
+        assert lines(tmp_path / "l") == ["1", "2"]
+        [row] = stored_runs(tmp_path / ".planloom" / "runs.db", tmp_path)
+        assert (row["recipe"], row["status"]) == (None, "interrupted")
+        resumed = run_json("resume", row["id"], "--yes", *model, cwd=tmp_path, code=1)
+        assert len(server.requests) == 1  # planned once, before the crash
+    assert resumed["run_id"] == row["id"]
+    statuses = {k: v["status"] for k, v in resumed["steps"].items()}
+    assert statuses == {"first": "succeeded", "second": "denied", "third": "pending"}
+    assert lines(tmp_path / "l") == ["1", "2"]
+
+
+def test_a_step_skipped_for_a_failed_dependency_runs_once_the_resume_fixes_it(
+    tmp_path: Path,
+) -> None:
+    write(
+        tmp_path,
+        "r.yaml",
+        """\
+        version: 1
+        name: skipped
+        on_failure: continue
+        capabilities:
+          fs: {root: ., read: true}
+          shell: {allow: [sh], unsafe_args: [sh]}
+        steps:
+          - id: fetch
+            tool: fs.read
+            params: {path: input.txt}
+          - id: use
+            tool: shell.run
+            params: {argv: [sh, -c, "echo ${{ steps.fetch.output.content }} >> ledger.txt"]}
+          - id: other
+            tool: shell.run
+            params: {argv: [sh, -c, "echo other >> ledger.txt"]}
+        """,
+    )
+    first = run_json("run", "r.yaml", "--yes", "--store", "s.db", cwd=tmp_path, code=1)
+    assert first["steps"]["use"]["status"] == "skipped"
+    assert lines(tmp_path / "ledger.txt") == ["other"]
+    (tmp_path / "input.txt").write_text("fetched", encoding="utf-8")
+    resumed = run_json("resume", first["run_id"], "--yes", "--store", "s.db", cwd=tmp_path)
+    statuses = {k: v["status"] for k, v in resumed["steps"].items()}
+    assert statuses == {"fetch": "succeeded", "use": "succeeded", "other": "succeeded"}
+    assert lines(tmp_path / "ledger.txt") == ["other", "fetched"]  # `other` kept, not rerun

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine._journal_resume import changed_steps
+from engine._journal_resume import changed_steps, kept_steps
 from engine._sanitize import neutralize
 from engine._secrets import Secrets
 from engine._sqlite_store import process_start
@@ -81,6 +81,7 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     store.append(
         record.id, "start", None, {"segment": claimed.segments, "pid": os.getpid()}, durable=True
     )
+    journal.kept = kept_steps(plan, journal.kept)
     resume = Resume(
         journal=Journal(store, record.id, resumed=journal),
         kept=journal.kept,
