@@ -10,6 +10,7 @@ process. Model calls go over HTTP to `FakeOpenAIServer` in this process.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import contextlib
 import itertools
@@ -30,8 +31,14 @@ from typing import Any
 import pytest
 from _procs import PLANLOOM, TIMEOUT, env, gone, marker_seconds, pids_with, planloom
 
+from engine._journal_resume import resumed_from
+from engine._scope import enter_scope
 from engine._sqlite_store import FORMAT, open_store
-from engine.errors import ConfigurationError
+from engine.cassette import digest
+from engine.errors import ConfigurationError, StepFailed
+from engine.journal import Journal
+from engine.sandbox import LiveResults
+from engine.sandbox import ToolCall as SandboxCall
 from engine.store import Entry, EntryKind, RunRecord
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ToolCall
 
@@ -916,3 +923,43 @@ def test_a_step_skipped_for_a_failed_dependency_runs_once_the_resume_fixes_it(
     statuses = {k: v["status"] for k, v in resumed["steps"].items()}
     assert statuses == {"fetch": "succeeded", "use": "succeeded", "other": "succeeded"}
     assert lines(tmp_path / "ledger.txt") == ["other", "fetched"]  # `other` kept, not rerun
+
+
+def test_a_call_approved_as_served_never_runs_live_when_the_journal_lacks_it(
+    tmp_path: Path,
+) -> None:
+    """Two identical calls asked in one agent turn, one journaled: both are promised as
+    served before either runs; the second finds nothing to serve and fails, unrun."""
+    store = open_store(tmp_path / "s.db")
+    store.begin(RunRecord(id="r", name="n", recipe=None, base_dir="."))
+    params = {"argv": ["touch", "x"]}
+    entry = {
+        "step": "s",
+        "attempt": 1,
+        "action": "shell.run",
+        "params_hash": digest(params),
+        "ordinal": 0,
+    }
+    store.append("r", "intent", "s", {**entry, "params": params}, durable=True)
+    store.append("r", "tool", "s", {**entry, "output": {"code": 0}}, durable=True)
+    journal = Journal(store, "r", resumed=resumed_from(store.journal("r")))
+    results = journal.results(LiveResults())
+    call = SandboxCall("s", 1, "shell.run", params, read_only=False)
+    ran: list[str] = []
+
+    async def live() -> Any:
+        ran.append("live")
+        return {"code": 0}
+
+    async def both() -> list[Any]:
+        enter_scope("s")
+        assert results.serves(call)  # asked for both calls before either gate
+        assert results.serves(call)
+        first = await results.result(call, live, replayed=True)
+        with pytest.raises(StepFailed, match="holds no result"):
+            await results.result(call, live, replayed=True)
+        return [first]
+
+    assert asyncio.run(both()) == [{"code": 0}]
+    assert ran == []
+    store.close()
