@@ -6,22 +6,10 @@ import base64
 import hashlib
 
 from engine._report_read import INTERRUPTED
+from engine.results import STATUS_STYLE
 
 __all__ = ["CSS", "JS", "STATUS_STYLE", "csp_hash", "status_class", "status_hue"]
 
-STATUS_STYLE: dict[str, str] = {
-    "succeeded": "green",
-    "fallback": "yellow",
-    "failed_acceptable": "yellow",
-    "failed": "bold red",
-    "denied": "bold red",
-    "skipped": "dim",
-    "cancelled": "magenta",
-    "pending": "dim",
-    "running": "cyan",
-}
-"""A step status's terminal style, as the summary table prints it (`engine.app.console`
-holds the same table; the core cannot import it). The page draws each in the same hue."""
 
 _HUES = {
     "green": "#2e8b3e",

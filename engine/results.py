@@ -9,6 +9,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "STATUS_STYLE",
     "TERMINAL",
     "Decision",
     "ReplayReport",
@@ -36,6 +37,20 @@ TERMINAL: frozenset[str] = frozenset(get_args(StepStatus))
 
 BLOCKING: frozenset[str] = frozenset({"failed", "denied"})
 """Statuses that stop dependents from running."""
+
+STATUS_STYLE: dict[str, str] = {
+    "succeeded": "green",
+    "fallback": "yellow",
+    "failed_acceptable": "yellow",
+    "failed": "bold red",
+    "denied": "bold red",
+    "skipped": "dim",
+    "cancelled": "magenta",
+    "pending": "dim",
+    "running": "cyan",
+}
+"""How each step status is shown (a `rich` style): the terminal's summary and the HTML
+report draw a status in the same hue."""
 
 
 class StepResult(BaseModel):

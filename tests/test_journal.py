@@ -96,6 +96,25 @@ def lines(path: Path) -> list[str]:
     return path.read_text(encoding="utf-8").split()
 
 
+def killed_while(marker: str, *args: str, cwd: Path, environ: dict[str, str] | None = None) -> None:
+    """`planloom ARGS`, killed with SIGKILL once a process carrying `marker` runs; then
+    nothing carrying it is left."""
+    proc = subprocess.Popen(
+        [PLANLOOM, *args],
+        cwd=cwd,
+        env=environ if environ is not None else env(),
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert gone(lambda: not pids_with(marker), within=TIMEOUT), f"{marker} never started"
+    finally:
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+    assert gone(lambda: pids_with(marker), within=10)
+
+
 @pytest.fixture
 def marker() -> Iterator[str]:
     """A unique `sleep` duration for a step to hang in; whatever still carries it at the end
@@ -706,20 +725,7 @@ def test_show_json_of_an_interrupted_run_says_interrupted(tmp_path: Path, marker
             depends_on: [save]
         """,
     )
-    proc = subprocess.Popen(
-        [PLANLOOM, "run", "r.yaml", "--yes", "--store", "s.db"],
-        cwd=tmp_path,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert gone(lambda: not pids_with(marker), within=TIMEOUT), "wait never started"
-    finally:
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
-    assert gone(lambda: pids_with(marker), within=10)
+    killed_while(marker, "run", "r.yaml", "--yes", "--store", "s.db", cwd=tmp_path)
     [row] = stored_runs(tmp_path / "s.db", tmp_path)
     assert row["status"] == "interrupted"
     assert row["duration"] is None
@@ -803,20 +809,8 @@ def test_a_call_in_flight_stays_in_doubt_when_its_params_changed_on_resume(
             timeout: 300
         """,
     )
-    proc = subprocess.Popen(
-        [PLANLOOM, "run", "r.yaml", "--yes", "--store", "s.db", "-i", "word=one"],
-        cwd=tmp_path,
-        env=env(),
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        assert gone(lambda: not pids_with(marker), within=TIMEOUT), "the call never started"
-    finally:
-        proc.kill()
-        proc.wait(timeout=TIMEOUT)
-    assert gone(lambda: pids_with(marker), within=10)
+    args = ("run", "r.yaml", "--yes", "--store", "s.db", "-i", "word=one")
+    killed_while(marker, *args, cwd=tmp_path)
     assert lines(tmp_path / "ledger.txt") == ["one"]
     [row] = stored_runs(tmp_path / "s.db", tmp_path)
     resumed = run_json(
@@ -865,20 +859,7 @@ def test_a_planned_goal_resumes_from_its_journaled_plan_without_planning_again(
     with FakeOpenAIServer(lambda request: json.dumps(plan)) as server:
         args = ["plan", "note twice", "--capabilities", "caps.yaml", "--yes"]
         model = ["--base-url", server.base_url, "--model", "m"]
-        proc = subprocess.Popen(
-            [PLANLOOM, *args, *model],
-            cwd=tmp_path,
-            env=env(OPENAI_API_KEY="test"),
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        try:
-            assert gone(lambda: not pids_with(marker), within=TIMEOUT), "second never started"
-        finally:
-            proc.kill()
-            proc.wait(timeout=TIMEOUT)
-        assert gone(lambda: pids_with(marker), within=10)
+        killed_while(marker, *args, *model, cwd=tmp_path, environ=env(OPENAI_API_KEY="test"))
         assert lines(tmp_path / "l") == ["1", "2"]
         [row] = stored_runs(tmp_path / ".planloom" / "runs.db", tmp_path)
         assert (row["recipe"], row["status"]) == (None, "interrupted")

@@ -29,8 +29,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from engine._fakellm import FakeOpenAIServer, ScriptedModel
-from engine.app.console import _STYLE
-from engine.report import STATUS_STYLE, render_report
+from engine.report import render_report
 from engine.store import Entry, RunRecord
 
 if TYPE_CHECKING:  # imported where used: the tests without a browser need no playwright
@@ -277,10 +276,6 @@ def test_the_page_references_nothing_outside_itself(ended: Reported, crashed: Re
         assert body is not None
         digest = base64.b64encode(hashlib.sha256(body[1].encode()).digest()).decode()
         assert f"{tag}-src 'sha256-{digest}'" in policy[1]
-
-
-def test_status_colours_follow_the_terminal() -> None:
-    assert STATUS_STYLE == _STYLE
 
 
 def test_a_crashed_run_is_reported_interrupted_with_what_was_in_flight(

@@ -15,21 +15,10 @@ from rich.text import Text
 
 from engine._sanitize import neutralize
 from engine.events import Event
+from engine.results import STATUS_STYLE as _STYLE
 from engine.results import RunResult
 
 __all__ = ["LiveProgress", "print_summary"]
-
-_STYLE = {
-    "succeeded": "green",
-    "fallback": "yellow",
-    "failed_acceptable": "yellow",
-    "failed": "bold red",
-    "denied": "bold red",
-    "skipped": "dim",
-    "cancelled": "magenta",
-    "pending": "dim",
-    "running": "cyan",
-}
 
 
 def _clip(text: str | None, width: int = 80) -> str:
