@@ -2,10 +2,10 @@
 
 A process killed at any instant leaves the file consistent: every write is a transaction,
 and WAL recovery on the next open keeps the committed ones and drops the rest. Durable
-entries (a side-effect call's intent and result, approvals, answers, model exchanges) are
-committed one transaction each before `append` returns; other entries (step results,
-read-only calls) wait in a batch that goes with the next commit, at most `BATCH` entries or
-`BATCH_SECONDS` later. `synchronous=NORMAL`: a commit survives the process being killed;
+entries (a side-effect call's intent and result, answers, model exchanges) are committed
+one transaction each before `append` returns; other entries (step results, decisions) wait
+in a batch that goes with the next commit, at most `BATCH` entries or `BATCH_SECONDS`
+later. `synchronous=NORMAL`: a commit survives the process being killed;
 a power cut may lose the last ones (see README).
 """
 

@@ -7,13 +7,13 @@ sandbox's `Results`, `journal.answers(inner)` the model client's `Answers`, and
 events for each step's result and timeline (`watch`).
 
 Each tool call with side effects is journaled before it starts (its *intent*, committed
-before the call is made) and after it ends (its result or error); model exchanges,
-decisions and answers are committed as they happen; step results go in batches (losing
-them costs a harmless repeat). Read-only calls are not journaled on their own: their
-outputs are in their steps' results, and a resume makes them again. Entries are the
-cassette's models
-(`ToolResult`, `LLMExchange`, `Approval`, `Answer`), keyed the same way, with secrets
-redacted.
+before the call is made) and after it ends (its result or error); model exchanges and
+answers are committed as they happen; decisions and step results go in batches (an
+approved call's intent commits its decision with it; losing either costs a harmless
+repeat: a gate asks again, a step runs again with its calls served). Read-only calls are
+not journaled on their own: their outputs are in their steps' results, and a resume makes
+them again. Entries are the cassette's models (`ToolResult`, `LLMExchange`, `Approval`,
+`Answer`), keyed the same way, with secrets redacted.
 
 A resumed run (`Journal(resumed=...)`, see `engine._journal_resume`) is a replay of what
 finished, then live: a call whose result is journaled is served, not made again; a
@@ -409,7 +409,7 @@ class _JournalApprover:
                 "quit": decision.quit,
                 "in_doubt": request.in_doubt,
             },
-            durable=True,
+            durable=False,  # the call's intent, written next, commits it with itself
         )
         return decision
 
