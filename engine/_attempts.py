@@ -52,6 +52,8 @@ class Attempts:
         sleep: waits between retries.
         max_parallel: the run's limit on `for_each` items at once (a step's own wins).
         mismatched: steps a replay had no recording for (`can_fail` does not apply).
+        in_doubt: steps whose call in doubt was denied (no fallback; `can_fail` does not
+            apply).
         unknown: dry run: steps whose outputs are unknown.
         would_run: dry run: the calls not made, with their rendered params.
     """
@@ -63,6 +65,7 @@ class Attempts:
     sleep: Sleep
     max_parallel: int
     mismatched: set[str] = field(default_factory=set)
+    in_doubt: set[str] = field(default_factory=set)
     unknown: set[str] = field(default_factory=set)
     would_run: list[dict[str, Any]] = field(default_factory=list)
 
@@ -89,7 +92,7 @@ class Attempts:
         bad = [(i, o) for i, o in enumerate(outcomes) if o[0] in BLOCKING]
         if bad:
             status: StepStatus = "denied" if all(o[0] == "denied" for _, o in bad) else "failed"
-            if step.can_fail and step.id not in self.mismatched:
+            if step.can_fail and step.id not in self.mismatched | self.in_doubt:
                 status = "failed_acceptable"
             error = "; ".join(f"item {i}: {o[2]}" for i, o in bad[:5])
             more = f" (and {len(bad) - 5} more items)" if len(bad) > 5 else ""
@@ -121,9 +124,13 @@ class Attempts:
         except ReplayMismatch as exc:  # the replay cannot show what happened next
             self.mismatched.add(step.id)
             return "failed", None, exc.message
+        except ApprovalDenied as exc:
+            if exc.in_doubt:  # it may have happened: nothing runs in its place
+                self.in_doubt.add(step.id)
+                return "denied", None, exc.message
+            denied, error = True, exc.message
         except StepError as exc:
-            denied = isinstance(exc, ApprovalDenied)
-            error = exc.message
+            denied, error = False, exc.message
         if compiled.fallback is not None:
             try:
                 tally.attempts += 1
@@ -136,6 +143,9 @@ class Attempts:
                 return "failed", None, f"{error}; fallback: {exc.message}"
             except StepError as exc:
                 error = f"{error}; fallback failed: {exc.message}"
+                if isinstance(exc, ApprovalDenied) and exc.in_doubt:
+                    self.in_doubt.add(step.id)
+                    return "denied", None, error
         return ("denied" if denied else "failed"), None, error
 
     async def _with_retries(

@@ -33,7 +33,10 @@ __all__ = ["Intent", "Resumed", "ToolKey", "changed_steps", "kept_steps", "resum
 _KEPT = frozenset({"succeeded", "fallback", "failed_acceptable", "skipped"})
 _ENDED = frozenset({"failed", "denied"})
 
-ToolKey = tuple[str, int, str, str, int]
+ToolKey = tuple[str, str, str, int]
+"""A call's key in the journal: its scope (step, or `step[i]`), action, params hash, and
+how many calls with these params the scope made before it (across attempts: an attempt's
+number depends on how fast earlier items and retries went, so it is no key)."""
 
 
 @dataclass(frozen=True)
@@ -61,7 +64,7 @@ class Resumed:
 
 
 def _tool_key(data: dict[str, Any]) -> ToolKey:
-    return (data["step"], data["attempt"], data["action"], data["params_hash"], data["ordinal"])
+    return (data["step"], data["action"], data["params_hash"], data["ordinal"])
 
 
 def resumed_from(entries: list[Entry]) -> Resumed:
@@ -72,14 +75,20 @@ def resumed_from(entries: list[Entry]) -> Resumed:
         data = entry.data
         try:
             if entry.kind == "plan":
-                resumed.plan = data["plan"]
-                resumed.inputs = data.get("inputs") or {}
-                resumed.model = data.get("model")
+                plan, inputs, model = data["plan"], data.get("inputs"), data.get("model")
+                if not isinstance(plan, dict) or not isinstance(inputs, dict | None):
+                    continue  # not a plan planloom wrote: a resume finds no plan
+                resumed.plan, resumed.inputs = plan, inputs or {}
+                resumed.model = model if isinstance(model, str) else None
             elif entry.kind == "step" and entry.scope is not None:
                 resumed.steps[entry.scope] = data
             elif entry.kind == "intent":
                 key = _tool_key(data)
-                resumed.doubts[key] = Intent(ToolResult.model_validate(data), entry.at)
+                settles = data.get("settles")
+                if isinstance(settles, dict):  # a call in doubt, made again under new params
+                    resumed.doubts.pop((key[0], key[1], *_settled(settles)), None)
+                intent = {k: v for k, v in data.items() if k != "settles"}
+                resumed.doubts[key] = Intent(ToolResult.model_validate(intent), entry.at)
             elif entry.kind == "tool":
                 key = _tool_key(data)
                 tools[key] = ToolResult.model_validate(data)
@@ -132,6 +141,10 @@ def kept_steps(plan: Plan, kept: dict[str, StepResult]) -> dict[str, StepResult]
                 del keeping[step_id]
                 changed = True
     return keeping
+
+
+def _settled(settles: dict[str, Any]) -> tuple[str, int]:
+    return str(settles["params_hash"]), int(settles["ordinal"])
 
 
 def _step_ids(plan: dict[str, Any] | None) -> set[str]:

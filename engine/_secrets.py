@@ -207,8 +207,21 @@ class Secrets:
     def _redact(self, text: str) -> str:
         pattern = self._compiled()
         if pattern is not None:
-            text = pattern.sub(REDACTED, text)
+            text = self._cut_tail(pattern.sub(REDACTED, text))
         return redact_text_structures(text) if self.structural else text
+
+    def _cut_tail(self, text: str) -> str:
+        """`text` with a secret it *ends inside* redacted: output cut at a size limit
+        (`max_output`) can stop part-way through one, and its first characters are a
+        secret's too. A tail counts from a third of the secret (at least `min_length`)."""
+        for secret in list(self._values):
+            least = max(self.min_length, len(secret) // 3)
+            if len(secret) <= least or len(text) < least:
+                continue
+            start = text.rfind(secret[:least], max(0, len(text) - len(secret) + 1))
+            if start != -1 and secret.startswith(text[start:]):
+                return text[:start] + REDACTED
+        return text
 
     def redact_value(self, obj: Any) -> Any:
         """A copy of JSON-like data with `redact` applied to every string, keys included.

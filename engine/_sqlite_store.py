@@ -18,7 +18,7 @@ import sqlite3
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 from engine.errors import ConfigurationError
 from engine.store import Entry, EntryKind, JSONText, RunRecord
@@ -26,6 +26,7 @@ from engine.store import Entry, EntryKind, JSONText, RunRecord
 __all__ = ["SqliteStore", "is_alive", "open_store", "process_start"]
 
 FORMAT = 1
+_KINDS = frozenset(get_args(EntryKind))
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
 BATCH = 256
 BATCH_SECONDS = 0.25
@@ -152,7 +153,9 @@ class SqliteStore:
             )
         self._seq[record.id] = 0
 
-    def claim(self, run_id: str, pid: int, pid_start: str | None) -> RunRecord:
+    def claim(
+        self, run_id: str, pid: int, pid_start: str | None, *, seen: int | None = None
+    ) -> RunRecord:
         with self._transaction():
             record = self.get(run_id)
             if record is None:
@@ -161,14 +164,19 @@ class SqliteStore:
                 raise ConfigurationError(
                     f"run {run_id} is still running (process {record.pid}); stop it first"
                 )
+            last = self._db.execute(
+                "SELECT COALESCE(MAX(seq), -1) FROM journal WHERE run_id=?", (run_id,)
+            ).fetchone()[0]
+            if seen is not None and last != seen:
+                raise ConfigurationError(
+                    f"run {run_id} changed while it was being read (another planloom resumed "
+                    f"it); see where it is with: planloom show {run_id}"
+                )
             self._db.execute(
                 "UPDATE runs SET status='running', finished=NULL, pid=?, pid_start=?, "
                 "segments=segments+1 WHERE id=?",
                 (pid, pid_start, run_id),
             )
-            last = self._db.execute(
-                "SELECT COALESCE(MAX(seq), -1) FROM journal WHERE run_id=?", (run_id,)
-            ).fetchone()[0]
         self._seq[run_id] = last + 1
         record.status, record.pid, record.pid_start = "running", pid, pid_start
         record.finished = None
@@ -261,9 +269,31 @@ class SqliteStore:
             "SELECT seq, at, kind, scope, data FROM journal WHERE run_id=? ORDER BY seq",
             (run_id,),
         ).fetchall()
-        return [
-            Entry(seq, at, kind, scope, json.loads(data)) for seq, at, kind, scope, data in rows
-        ]
+        return [self._entry(run_id, *row) for row in rows]
+
+    def _entry(self, run_id: str, seq: Any, at: Any, kind: Any, scope: Any, text: Any) -> Entry:
+        """A row as an `Entry`, checked: a store edited by hand or damaged is refused,
+        saying where, rather than half read (a lost intent would hide a call in doubt)."""
+        try:
+            data = json.loads(text) if isinstance(text, str | bytes) else None
+        except ValueError:
+            data = None
+        problem = (
+            "its data is not a JSON object"
+            if not isinstance(data, dict)
+            else f"its kind {kind!r} is unknown"
+            if kind not in _KINDS
+            else "its time or scope is not what planloom writes"
+            if not isinstance(at, int | float) or not (scope is None or isinstance(scope, str))
+            else None
+        )
+        if problem is not None or not isinstance(seq, int) or not isinstance(data, dict):
+            raise ConfigurationError(
+                f"run store {self.path}: entry {seq!r} of run {run_id} cannot be read "
+                f"({problem or 'its number is not an integer'}): the store was edited or "
+                "damaged; the run cannot be shown or resumed"
+            )
+        return Entry(seq, float(at), kind, scope, data)
 
     def integrity(self) -> str:
         """SQLite's own check of the file: `ok`, or what is wrong."""
@@ -291,6 +321,28 @@ def _row(record: RunRecord) -> tuple[Any, ...]:
 
 
 def _record(row: tuple[Any, ...]) -> RunRecord:
+    """A row as a `RunRecord`; a field edited into another type reads as its default."""
     values = dict(zip(_FIELDS, row, strict=True))
-    values["usage"] = json.loads(values["usage"] or "{}")
+    try:
+        usage = json.loads(values["usage"] or "{}")
+    except (TypeError, ValueError):
+        usage = {}
+    values["usage"] = usage if isinstance(usage, dict) else {}
+    for name, kind, default in _TYPED:
+        if not isinstance(values[name], kind) or isinstance(values[name], bool):
+            values[name] = default
+    for name in ("id", "name", "base_dir", "status"):
+        values[name] = str(values[name])
     return RunRecord(**values)
+
+
+_TYPED: tuple[tuple[str, type | tuple[type, ...], Any], ...] = (
+    ("started", (int, float), 0.0),
+    ("finished", (int, float, type(None)), None),
+    ("steps", int, 0),
+    ("done", int, 0),
+    ("pid", (int, type(None)), None),
+    ("pid_start", (str, type(None)), None),
+    ("segments", int, 1),
+    ("recipe", (str, type(None)), None),
+)

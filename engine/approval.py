@@ -33,6 +33,7 @@ from pydantic import BaseModel
 
 from engine._limits import loads_json
 from engine._sanitize import neutralize, sanitize_for_llm
+from engine._scope import current_scope
 from engine.errors import ApprovalDenied, ReplayMismatch, StepFailed
 from engine.questions import Question, parse_answer
 from engine.results import Decision
@@ -312,7 +313,7 @@ class Gatekeeper:
         self.redact = redact
         self.on_quit = on_quit
         self.decisions: list[Decision] = []
-        self._cache: dict[tuple[str, str, str, bool, bool], Decision] = {}
+        self._cache: dict[tuple[str, str, str, bool, str], Decision] = {}
         self._lock = asyncio.Lock()
 
     async def ask(self, step_id: str, question: Question) -> Any:
@@ -341,7 +342,9 @@ class Gatekeeper:
             in_doubt: the call may already have happened (see `GateRequest.in_doubt`).
         """
         digest = params_hash(params)
-        key = (step_id, action, digest, replayed, in_doubt)
+        # A call in doubt is asked about in its own item: one person's answer for one
+        # `for_each` item's call does not cover another's, even with the same params.
+        key = (step_id, action, digest, replayed, (current_scope() or "") if in_doubt else "")
         async with self._lock:
             decision = self._cache.get(key)
             if decision is None:

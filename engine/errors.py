@@ -135,14 +135,20 @@ class CapabilityDenied(StepError):
 
 
 class ApprovalDenied(StepError):
-    """The approver refused a gated call."""
+    """The approver refused a gated call. `in_doubt`: the call may already have happened
+    (a resumed run's call in flight at the crash), so its step ends `denied` at once: no
+    fallback runs in its place and `can_fail` does not make it acceptable, and the next
+    resume asks about it again."""
 
     retryable = False
 
-    def __init__(self, reason: str | None = None, *, step_id: str | None = None) -> None:
+    def __init__(
+        self, reason: str | None = None, *, step_id: str | None = None, in_doubt: bool = False
+    ) -> None:
         text = "denied by approver" + (f": {reason}" if reason else "")
         super().__init__(text, step_id=step_id)
         self.reason = reason
+        self.in_doubt = in_doubt
 
 
 class DryRun(StepError):

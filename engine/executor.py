@@ -302,7 +302,8 @@ class Executor:
             return self._finish(step_id, self._failed(step, exc, Tally()))
         tally = Tally()
         status, output, error = await self.attempts.chain(compiled, context, tally)
-        lost = step_id in self.attempts.mismatched  # a replay cannot show what came next
+        # A replay cannot show what came next; a call in doubt must stay a failure.
+        lost = step_id in self.attempts.mismatched or step_id in self.attempts.in_doubt
         if status in ("failed", "denied") and step.can_fail and not lost:
             status = "failed_acceptable"
         return self._finish(
@@ -379,7 +380,7 @@ class Executor:
             **detail,
         )
         if not decision.approved:
-            raise ApprovalDenied(decision.reason, step_id=step_id)
+            raise ApprovalDenied(decision.reason, step_id=step_id, in_doubt=in_doubt)
         return decision.edited_params if edited else params
 
     # -- bookkeeping ---------------------------------------------------------------------

@@ -235,9 +235,9 @@ class Journal:
         scope = current_scope() or call.step_id
         shown = self.redact(call.params)
         params_hash = digest(shown)
-        counter = ("tool", scope, call.attempt, call.action, params_hash)
+        counter = ("tool", scope, call.action, params_hash)
         ordinal = self.ordinals[counter] if peek else self.next_ordinal(*counter)
-        return (scope, call.attempt, call.action, params_hash, ordinal), shown
+        return (scope, call.action, params_hash, ordinal), shown
 
 
 class _JournalResults:
@@ -265,7 +265,7 @@ class _JournalResults:
             if doubt is not None:
                 _, intent = doubt
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(intent.at))
-                changed = "" if intent.call.params_hash == key[3] else " (with other params)"
+                changed = "" if intent.call.params_hash == key[2] else " (with other params)"
                 return (
                     f"a call of {intent.call.action}{changed} was in flight when the run "
                     f"stopped ({when}): it may already have happened"
@@ -274,8 +274,8 @@ class _JournalResults:
 
     def _doubt(self, key: ToolKey) -> tuple[ToolKey, Intent] | None:
         """The intent with no result this call may repeat: its own, or, when its params
-        changed since (rendered from a kept step's redacted output, a read made again),
-        one of the same step, attempt and action that no call has taken up yet."""
+        changed since (an input given again, a read made again), one of the same step (or
+        item) and action that no call has taken up yet."""
         resumed = self.journal.resumed
         assert resumed is not None
         if key in resumed.tools:
@@ -284,7 +284,7 @@ class _JournalResults:
         if key in resumed.doubts and key not in settled:
             return key, resumed.doubts[key]
         for other, intent in resumed.doubts.items():
-            if other[:3] == key[:3] and other not in settled and other not in resumed.tools:
+            if other[:2] == key[:2] and other not in settled and other not in resumed.tools:
                 return other, intent
         return None
 
@@ -295,7 +295,8 @@ class _JournalResults:
             return await self.inner.result(call, live, replayed=replayed)
         journal = self.journal
         key, shown = journal._key(call, peek=False)
-        scope, attempt, action, params_hash, ordinal = key
+        scope, action, params_hash, ordinal = key
+        settles: dict[str, Any] | None = None
         resumed = journal.resumed
         if resumed is not None:
             entry = resumed.tools.get(key)
@@ -312,14 +313,17 @@ class _JournalResults:
             doubt = self._doubt(key)
             if doubt is not None:  # asked about as in doubt, and approved: taken up
                 journal.settled.add(doubt[0])
+                if doubt[0] != key:  # so that a later resume does not ask about it again
+                    settles = {"params_hash": doubt[0][2], "ordinal": doubt[0][3]}
         base = {
             "step": scope,
-            "attempt": attempt,
+            "attempt": call.attempt,
             "action": action,
             "params_hash": params_hash,
             "ordinal": ordinal,
         }
-        journal.write("intent", scope, {**base, "params": shown}, durable=True)  # on disk first
+        intent = {**base, "params": shown, **({"settles": settles} if settles else {})}
+        journal.write("intent", scope, intent, durable=True)  # on disk before the call
         try:
             output = await self.inner.result(call, live, replayed=replayed)
         except StepError as exc:

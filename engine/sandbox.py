@@ -203,7 +203,7 @@ class Sandbox:
             replayed = False
             doubt = None if call.idempotent else self.results.in_doubt(call)
             if doubt is not None and self.gate is None:
-                raise ApprovalDenied(f"{doubt}; nobody can be asked to run it again")
+                raise ApprovalDenied(f"{doubt}; nobody can be asked to run it again", in_doubt=True)
             if self.gate is not None and (gated or doubt is not None):
                 # Settled before the gate: only a call served with nothing run may be
                 # answered by a recorded decision (a live call meets the live approver).

@@ -109,11 +109,15 @@ class RunStore(Protocol):
         """Add a new run (status `running`)."""
         ...
 
-    def claim(self, run_id: str, pid: int, pid_start: str | None) -> RunRecord:
-        """Mark a stopped run as running again in this process, for a resume.
+    def claim(
+        self, run_id: str, pid: int, pid_start: str | None, *, seen: int | None = None
+    ) -> RunRecord:
+        """Mark a stopped run as running again in this process, for a resume. `seen`: the
+        last journal entry the resume read; the claim fails if there is a later one.
 
         Raises:
-            ConfigurationError: unknown id, or another live process is running it.
+            ConfigurationError: unknown id, another live process is running it, or its
+                journal grew since it was read.
         """
         ...
 

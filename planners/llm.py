@@ -24,7 +24,7 @@ from engine.planning import PlanOutcome
 from engine.validation import validate_plan
 from planners.recipe import parse_recipe_text
 
-__all__ = ["MAX_REPAIRS", "LLMPlanner", "PlanOutcome", "plan_to_yaml"]
+__all__ = ["MAX_REPAIRS", "LLMPlanner", "PlanOutcome", "model_written", "plan_to_yaml"]
 
 MAX_REPAIRS = 2
 
@@ -171,7 +171,7 @@ def _recipe(
     """The model's answer inside the recipe it plans for (grants and limits are ours)."""
     steps = answer.get("steps") if isinstance(answer, dict) else answer
     if isinstance(steps, list):
-        steps = [_gated(step) for step in steps]
+        steps = [model_written(step) for step in steps]
     if keep:
         kept = {step["id"] for step in keep}
         fresh = [s for s in steps or [] if not (isinstance(s, dict) and s.get("id") in kept)]
@@ -187,10 +187,16 @@ def _recipe(
     return recipe
 
 
-def _gated(step: Any) -> Any:
-    """A model may not waive a gate: `confirm: never` is for people writing recipes."""
-    if isinstance(step, dict) and step.get("confirm") == "never":
-        return {**step, "confirm": "auto"}
+def model_written(step: Any) -> Any:
+    """A step as a model may write it: it may not waive a gate (`confirm: never`) nor say
+    its calls may be made twice (`idempotent: true`, which waives the question a resume
+    asks about a call in flight); those are for people writing recipes."""
+    if not isinstance(step, dict):
+        return step
+    if step.get("confirm") == "never":
+        step = {**step, "confirm": "auto"}
+    if "idempotent" in step:
+        step = {k: v for k, v in step.items() if k != "idempotent"}
     return step
 
 

@@ -92,35 +92,30 @@ def print_summary(result: RunResult, stream: IO[str], *, color: bool) -> None:
     table.add_column("tries", justify="right")
     table.add_column("error / note", overflow="fold")
     for step_id, step in result.steps.items():
-        table.add_row(
-            step_id,
-            Text(step.status, style=_STYLE.get(step.status, "")),
+        table.add_row(  # Text, not str: rich would read "[...]" in an error as markup
+            Text(neutralize(step_id)),
+            Text(neutralize(step.status), style=_STYLE.get(step.status, "")),
             str(step.attempts),
-            _clip(step.error, 100),
+            Text(_clip(step.error, 100)),
         )
     console.print(table)
     for step_id, step in result.steps.items():
         for entry in (step.transcript or [])[:10]:
             arguments = neutralize(json.dumps(entry.get("arguments"), default=repr))
-            console.print(
-                Text(
-                    f"agent {step_id}: {entry.get('tool')} {_clip(arguments, 80)} → "
-                    f"{entry.get('status')}"
-                )
-            )
+            line = f"agent {step_id}: {entry.get('tool')} {_clip(arguments, 80)} → "
+            console.print(Text(neutralize(f"{line}{entry.get('status')}")))
     for decision in result.approvals:
         verdict = "approved" if decision.approved else "denied"
         why = f": {decision.reason}" if decision.reason and not decision.approved else ""
-        console.print(
-            Text(f"gate: {decision.step_id} {decision.action} {verdict} by {decision.by}{why}")
-        )
+        line = f"gate: {decision.step_id} {decision.action} {verdict} by {decision.by}{why}"
+        console.print(Text(neutralize(line)))
     for name, value in result.outputs.items():
         text = value if isinstance(value, str) else json.dumps(value, default=repr)
         lines = neutralize(text.rstrip()).splitlines() or [""]
         more = f"\n  … ({len(lines) - 20} more lines)" if len(lines) > 20 else ""
         console.print(Text(f"output {name}:\n  " + "\n  ".join(lines[:20]) + more))
     for error in result.errors:
-        console.print(Text(f"error: {error}", style="red"))
+        console.print(Text(neutralize(f"error: {error}"), style="red"))
     style = "bold green" if result.status == "succeeded" else "bold red"
     usage = result.usage
     model = (

@@ -66,13 +66,14 @@ def result_of(found: Found) -> tuple[RunResult, str]:
     status = shown_status(found.record)
     ended = found.journal.result
     unstarted = ended.get("steps") if ended is not None else None
+    unstarted = unstarted if isinstance(unstarted, dict) else None
     steps = {step_id: StepResult() for step_id in _plan_ids(found.journal.plan)}
     for step_id, data in [*found.journal.steps.items(), *dict(unstarted or {}).items()]:
         try:
             steps[step_id] = StepResult.model_validate(
                 data.get("result") or {} if step_id in found.journal.steps else data
             )
-        except (ValidationError, AttributeError):
+        except (ValidationError, AttributeError, TypeError):
             continue
     if ended is not None and status != "running":
         try:

@@ -16,6 +16,7 @@ from typing import Any
 from engine._journal_resume import changed_steps, kept_steps
 from engine._sanitize import neutralize
 from engine._secrets import Secrets
+from engine._secrets_text import REDACTED
 from engine._sqlite_store import process_start
 from engine._yaml import parse_recipe_text
 from engine.app.flags import run_flags
@@ -29,7 +30,7 @@ from engine.inputs import input_text
 from engine.journal import Journal
 from engine.model import Plan
 from engine.validation import validate_plan
-from planners.llm import plan_to_yaml
+from planners.llm import model_written, plan_to_yaml
 
 NAME = "resume"
 
@@ -72,12 +73,22 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         return _refuse(
             f"run {record.id} stopped before it had a plan, so nothing ran: run it again"
         )
+    given = {text.split("=", 1)[0] for text in settings.inputs}
+    hidden = sorted(k for k, v in journal.inputs.items() if REDACTED in input_text(v))
+    if set(hidden) - given:
+        store.close()
+        names = ", ".join(f"-i {k}=..." for k in hidden if k not in given)
+        return _refuse(
+            f"run {record.id} was given a secret as input, which its journal does not keep: "
+            f"give it again with {names}"
+        )
     base_dir = Path(record.base_dir)
     plan = _plan(record.recipe, journal.plan, registry, base_dir, as_json=settings.json)
     if isinstance(plan, int):
         store.close()
         return plan
-    claimed = store.claim(record.id, os.getpid(), process_start(os.getpid()))
+    seen = found.entries[-1].seq if found.entries else -1
+    claimed = store.claim(record.id, os.getpid(), process_start(os.getpid()), seen=seen)
     store.append(
         record.id, "start", None, {"segment": claimed.segments, "pid": os.getpid()}, durable=True
     )
@@ -89,7 +100,7 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     )
     kept = len(journal.kept)
     sys.stderr.write(
-        f"resuming run {record.id}: {kept} step{'s' if kept != 1 else ''} kept, "
+        f"resuming run {neutralize(record.id)}: {kept} step{'s' if kept != 1 else ''} kept, "
         f"{len(journal.doubts)} call{'s' if len(journal.doubts) != 1 else ''} in doubt\n"
     )
     recipe = Path(record.recipe) if record.recipe is not None else None
@@ -107,6 +118,16 @@ def _plan(
     """The plan to resume: the recipe read again (refused if it changed since the run), or
     the journaled plan of a goal run."""
     if recipe is None:
+        # A goal's plan was written by a model: read from the journal (a file anyone with
+        # access may edit), it gets no more than the planner allows a model.
+        journaled = {
+            **journaled,
+            **{
+                section: [model_written(step) for step in journaled[section]]
+                for section in ("steps", "finally")
+                if isinstance(journaled.get(section), list)
+            },
+        }
         try:
             data, source = parse_recipe_text(plan_to_yaml(journaled), "journal#plan")
             return validate_plan(data, source, registry, base_dir=base_dir)

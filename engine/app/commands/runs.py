@@ -67,7 +67,8 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         usage = row["usage"]
         where = neutralize(row["recipe"] or f"(goal) {row['name']}")
         sys.stdout.write(
-            f"{row['id']:<12}  {row['status']:<11}  {started:<19}  {took:>8}  "
+            f"{neutralize(row['id']):<12}  {neutralize(row['status']):<11}  {started:<19}  "
+            f"{took:>8}  "
             f"{row['done']:>4}/{row['steps']:<4}  {usage.get('tool_calls', 0):>5}  "
             f"{usage.get('llm_calls', 0):>5}  {where}\n"
         )

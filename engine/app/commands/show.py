@@ -6,6 +6,7 @@ import argparse
 import sys
 from typing import Any
 
+from engine._sanitize import neutralize
 from engine.app.console import print_summary
 from engine.app.flags import store_flag
 from engine.app.output import EXIT_INVALID, EXIT_OK, print_json
@@ -34,6 +35,8 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     if args.json:
         print_json({**result.model_dump(mode="json"), "status": status})
         return EXIT_OK
+    # What the store holds is text anyone with the file may have edited: shown neutralized.
+    result.run_id = neutralize(result.run_id)
     print_summary(result, sys.stdout, color=sys.stdout.isatty())
     if status in (INTERRUPTED, "running"):
         why = "is still running" if status == "running" else "stopped before it ended"
