@@ -84,11 +84,7 @@ def resumed_from(entries: list[Entry]) -> Resumed:
                 resumed.steps[entry.scope] = data
             elif entry.kind == "intent":
                 key = _tool_key(data)
-                settles = data.get("settles")
-                if isinstance(settles, dict):  # a call in doubt, made again under new params
-                    resumed.doubts.pop((key[0], key[1], *_settled(settles)), None)
-                intent = {k: v for k, v in data.items() if k != "settles"}
-                resumed.doubts[key] = Intent(ToolResult.model_validate(intent), entry.at)
+                resumed.doubts[key] = Intent(ToolResult.model_validate(data), entry.at)
             elif entry.kind == "tool":
                 key = _tool_key(data)
                 tools[key] = ToolResult.model_validate(data)
@@ -141,10 +137,6 @@ def kept_steps(plan: Plan, kept: dict[str, StepResult]) -> dict[str, StepResult]
                 del keeping[step_id]
                 changed = True
     return keeping
-
-
-def _settled(settles: dict[str, Any]) -> tuple[str, int]:
-    return str(settles["params_hash"]), int(settles["ordinal"])
 
 
 def _step_ids(plan: dict[str, Any] | None) -> set[str]:

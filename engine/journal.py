@@ -296,7 +296,6 @@ class _JournalResults:
         journal = self.journal
         key, shown = journal._key(call, peek=False)
         scope, action, params_hash, ordinal = key
-        settles: dict[str, Any] | None = None
         resumed = journal.resumed
         if resumed is not None:
             entry = resumed.tools.get(key)
@@ -310,11 +309,10 @@ class _JournalResults:
                     f"{params_hash}, repeat #{ordinal}) but holds no result for it; nothing "
                     "was run"
                 )
-            doubt = self._doubt(key)
-            if doubt is not None:  # asked about as in doubt, and approved: taken up
-                journal.settled.add(doubt[0])
-                if doubt[0] != key:  # so that a later resume does not ask about it again
-                    settles = {"params_hash": doubt[0][2], "ordinal": doubt[0][3]}
+            if key in resumed.doubts:  # the call in doubt itself, approved: taken up
+                journal.settled.add(key)
+            # A call with other params that was asked about in its place does not take it
+            # up: the call in flight may still be made, and would be asked about again.
         base = {
             "step": scope,
             "attempt": call.attempt,
@@ -322,8 +320,7 @@ class _JournalResults:
             "params_hash": params_hash,
             "ordinal": ordinal,
         }
-        intent = {**base, "params": shown, **({"settles": settles} if settles else {})}
-        journal.write("intent", scope, intent, durable=True)  # on disk before the call
+        journal.write("intent", scope, {**base, "params": shown}, durable=True)  # before it
         try:
             output = await self.inner.result(call, live, replayed=replayed)
         except StepError as exc:
