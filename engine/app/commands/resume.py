@@ -17,7 +17,7 @@ from engine._journal_resume import changed_steps, kept_steps
 from engine._sanitize import neutralize
 from engine._secrets import Secrets
 from engine._secrets_text import REDACTED
-from engine._sqlite_store import process_start
+from engine._sqlite_store import SqliteStore, process_start
 from engine._yaml import parse_recipe_text
 from engine.app.flags import run_flags
 from engine.app.launch import Resume, RunSettings, launch
@@ -29,6 +29,7 @@ from engine.errors import PlanValidationError
 from engine.inputs import input_text
 from engine.journal import Journal
 from engine.model import Plan
+from engine.store import RunRecord
 from engine.validation import validate_plan
 from planners.llm import model_written, plan_to_yaml
 
@@ -55,29 +56,43 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     if settings.dry_run:
         return _refuse("resume cannot be a dry run: the run it continues made its calls")
     store = open_for_reading(settings.store)
-    found = find_run(store, args.run_id)
-    if found is None:
+    try:
+        ready = _prepare(store, args.run_id, settings, registry)
+    except BaseException:
         store.close()
+        raise
+    if isinstance(ready, int):
+        store.close()
+        return ready
+    plan, record, resume = ready
+    recipe = Path(record.recipe) if record.recipe is not None else None
+    base_dir = Path(record.base_dir)
+    return launch(settings, registry, plan, plan.to_data(), base_dir, recipe=recipe, resume=resume)
+
+
+def _prepare(
+    store: SqliteStore, run_id: str, settings: RunSettings, registry: Registry
+) -> tuple[Plan, RunRecord, Resume] | int:
+    """The run, checked and claimed for this process: its plan and what the resume keeps
+    and serves; or the exit code of a refusal (said on stderr)."""
+    found = find_run(store, run_id)
+    if found is None:
         return EXIT_INVALID
     record, journal = found.record, found.journal
     status = shown_status(record)
     if status in ("succeeded", "rejected"):
-        store.close()
         what = "succeeded" if status == "succeeded" else "had its plan rejected (nothing ran)"
         return _refuse(f"run {record.id} {what}: there is nothing to resume")
     if status == "running":
-        store.close()
         return _refuse(f"run {record.id} is still running (process {record.pid})")
     if journal.plan is None:
-        store.close()
         return _refuse(
             f"run {record.id} stopped before it had a plan, so nothing ran: run it again"
         )
     given = {text.split("=", 1)[0] for text in settings.inputs}
-    hidden = sorted(k for k, v in journal.inputs.items() if REDACTED in input_text(v))
-    if set(hidden) - given:
-        store.close()
-        names = ", ".join(f"-i {k}=..." for k in hidden if k not in given)
+    hidden = [k for k, v in journal.inputs.items() if REDACTED in input_text(v) and k not in given]
+    if hidden:
+        names = ", ".join(f"-i {k}=..." for k in sorted(hidden))
         return _refuse(
             f"run {record.id} was given a secret as input, which its journal does not keep: "
             f"give it again with {names}"
@@ -85,7 +100,6 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     base_dir = Path(record.base_dir)
     plan = _plan(record.recipe, journal.plan, registry, base_dir, as_json=settings.json)
     if isinstance(plan, int):
-        store.close()
         return plan
     seen = found.entries[-1].seq if found.entries else -1
     claimed = store.claim(record.id, os.getpid(), process_start(os.getpid()), seen=seen)
@@ -93,18 +107,17 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         record.id, "start", None, {"segment": claimed.segments, "pid": os.getpid()}, durable=True
     )
     journal.kept = kept_steps(plan, journal.kept)
+    kept, doubts = len(journal.kept), len(journal.doubts)
+    sys.stderr.write(
+        f"resuming run {neutralize(record.id)}: {kept} step{'s' if kept != 1 else ''} kept, "
+        f"{doubts} call{'s' if doubts != 1 else ''} in doubt\n"
+    )
     resume = Resume(
         journal=Journal(store, record.id, resumed=journal),
         kept=journal.kept,
         inputs={k: input_text(v) for k, v in journal.inputs.items()},
     )
-    kept = len(journal.kept)
-    sys.stderr.write(
-        f"resuming run {neutralize(record.id)}: {kept} step{'s' if kept != 1 else ''} kept, "
-        f"{len(journal.doubts)} call{'s' if len(journal.doubts) != 1 else ''} in doubt\n"
-    )
-    recipe = Path(record.recipe) if record.recipe is not None else None
-    return launch(settings, registry, plan, plan.to_data(), base_dir, recipe=recipe, resume=resume)
+    return plan, record, resume
 
 
 def _plan(
