@@ -57,8 +57,8 @@ __all__ = [
 ]
 
 _MEMO_TEXT = 200  # longest string whose redaction is remembered
-_FIELD_WORDS = re.compile("|".join(re.escape(word) for word in SENSITIVE_WORDS))
-_ANY_WORDS = re.compile("|".join(re.escape(word) for word in {*SENSITIVE_WORDS, *TRIGGERS}))
+_FIELD_WORDS = re.compile(trie_pattern(SENSITIVE_WORDS))
+_ANY_WORDS = re.compile(trie_pattern({*SENSITIVE_WORDS, *TRIGGERS}))
 _MEMO_ENTRIES = 50_000
 
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import re
 
+from engine._secrets_encodings import trie_pattern
+
 __all__ = ["REDACTED", "redact_text_structures"]
 
 REDACTED = "[REDACTED]"
@@ -125,7 +127,7 @@ _TRIGGERS = (
 )
 
 
-_TRIGGER = re.compile("|".join(re.escape(trigger) for trigger in _TRIGGERS))
+_TRIGGER = re.compile(trie_pattern(_TRIGGERS))
 
 
 TRIGGERS = _TRIGGERS
