@@ -18,9 +18,8 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
-import openai
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
@@ -28,6 +27,9 @@ from engine._limits import TooDeep, decode_json, loads_json
 from engine._secrets import Secrets
 from engine.errors import ConfigurationError, StepFailed, StepTimeout
 from engine.llm_config import Budget, LLMConfig, resolve_llm_config
+
+if TYPE_CHECKING:
+    import openai
 
 __all__ = [
     "Budget",
@@ -132,6 +134,8 @@ class LLMClient:
 
     def __post_init__(self) -> None:
         if self.client is None:
+            import openai  # here, not at the top: a command that calls no model skips 0.4 s
+
             key = self.config.api_key.get_secret_value() if self.config.api_key else "none"
             self.client = openai.AsyncOpenAI(
                 api_key=key,
@@ -157,6 +161,8 @@ class LLMClient:
         Raises:
             ConfigurationError: 401/403, or the endpoint cannot be reached at all.
         """
+        import openai
+
         where = self.config.base_url or "https://api.openai.com/v1"
         try:
             await self.client.models.list()
@@ -215,6 +221,8 @@ class LLMClient:
 
     async def _call(self, kwargs: dict[str, Any]) -> ChatResult:
         """The live call, with retries and errors translated."""
+        import openai
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(len(BACKOFF) + 1),
             wait=_backoff,
@@ -343,6 +351,8 @@ def extract_json(text: str) -> Any:
 
 
 def _transient(exc: BaseException) -> bool:
+    import openai
+
     if isinstance(exc, openai.APIStatusError):
         return exc.status_code == 429 or exc.status_code >= 500
     # A body that is not JSON (the client raises JSONDecodeError) is a broken response too.
@@ -353,6 +363,8 @@ def _transient(exc: BaseException) -> bool:
 
 def _backoff(state: RetryCallState) -> float:
     """1 s, 2 s, 4 s; a Retry-After header (seconds) wins, capped at a minute."""
+    import openai
+
     delay = BACKOFF[min(state.attempt_number, len(BACKOFF)) - 1]
     outcome = state.outcome
     exc = outcome.exception() if outcome is not None else None

@@ -11,7 +11,10 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import subprocess
+import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -591,3 +594,24 @@ def test_requests_carry_temperature_when_configured() -> None:
         asyncio.run(scenario())
     assert server.requests[0].temperature == 0.25
     assert isinstance(server.requests[0], ChatRequest)
+
+
+RECIPES = Path(__file__).resolve().parent.parent / "recipes"
+
+
+def test_commands_that_call_no_model_do_not_load_the_openai_client() -> None:
+    """Importing `openai` costs about 0.4 s: `--help` and `validate` of a recipe without
+    models never pay it; the client loads it when a run makes one."""
+    code = (
+        "import sys\n"
+        "from engine.app.main import main\n"
+        f"assert main(['validate', {str(RECIPES / 'word-count.yaml')!r}]) == 0\n"
+        "print('openai' in sys.modules)\n"
+        "from engine.llm import LLMClient, LLMConfig\n"
+        "LLMClient(LLMConfig(model='m'))\n"
+        "print('openai' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert done.stdout.split()[-2:] == ["False", "True"], done.stdout
