@@ -25,12 +25,19 @@ from engine._graph import step_dependencies
 from engine._scope import step_of
 from engine.cassette import Answer, LLMExchange, ToolResult
 from engine.model import Plan
-from engine.results import StepResult
+from engine.results import KEPT, StepResult
 from engine.store import Entry
 
-__all__ = ["Intent", "Resumed", "ToolKey", "changed_steps", "kept_steps", "resumed_from"]
+__all__ = [
+    "Intent",
+    "Resumed",
+    "ToolKey",
+    "changed_steps",
+    "kept_steps",
+    "plan_steps",
+    "resumed_from",
+]
 
-_KEPT = frozenset({"succeeded", "fallback", "failed_acceptable", "skipped"})
 _ENDED = frozenset({"failed", "denied"})
 
 ToolKey = tuple[str, str, str, int]
@@ -105,11 +112,11 @@ def resumed_from(entries: list[Entry]) -> Resumed:
             result = StepResult.model_validate(data.get("result") or {})
         except ValidationError:
             continue
-        if result.status in _KEPT:
+        if result.status in KEPT:
             resumed.kept[step_id] = result
         elif result.status in _ENDED:
             ended.add(step_id)
-    plan_ids = _step_ids(resumed.plan)
+    plan_ids = plan_steps(resumed.plan)
     resumed.kept = {k: v for k, v in resumed.kept.items() if k in plan_ids}
     resumed.tools = {
         key: entry
@@ -139,22 +146,11 @@ def kept_steps(plan: Plan, kept: dict[str, StepResult]) -> dict[str, StepResult]
     return keeping
 
 
-def _step_ids(plan: dict[str, Any] | None) -> set[str]:
-    if not plan:
-        return set()
-    return {
-        step["id"]
-        for section in ("steps", "finally")
-        for step in plan.get(section) or []
-        if isinstance(step, dict) and isinstance(step.get("id"), str)
-    }
-
-
 def changed_steps(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """What differs between two plans (as `Plan.to_data()`), one phrase each: the steps
     changed, added or removed, and the other sections changed."""
     changes: list[str] = []
-    old, new = _steps_by_id(before), _steps_by_id(after)
+    old, new = plan_steps(before), plan_steps(after)
     for step_id in old:
         if step_id not in new:
             changes.append(f"step '{step_id}' was removed")
@@ -167,7 +163,10 @@ def changed_steps(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     return changes
 
 
-def _steps_by_id(plan: dict[str, Any]) -> dict[str, Any]:
+def plan_steps(plan: dict[str, Any] | None) -> dict[str, Any]:
+    """A plan's steps (as data: `Plan.to_data()`, journaled) by id, `finally` last."""
+    if not plan:
+        return {}
     return {
         step["id"]: step
         for section in ("steps", "finally")

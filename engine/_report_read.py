@@ -12,7 +12,7 @@ from typing import Any
 
 from engine._scope import step_of
 from engine._sqlite_store import is_alive
-from engine.store import Entry, RunRecord
+from engine.store import INTERRUPTED, Entry, RunRecord
 
 __all__ = [
     "INTERRUPTED",
@@ -28,9 +28,6 @@ __all__ = [
     "read_run",
     "usage_counts",
 ]
-
-INTERRUPTED = "interrupted"
-"""The status of a run whose process stopped (killed, crashed) before the run ended."""
 
 
 @dataclass

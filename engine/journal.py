@@ -43,7 +43,7 @@ from engine.errors import ReplayMismatch, StepError, StepFailed
 from engine.events import Event
 from engine.llm import Answers, ChatResult
 from engine.questions import Question
-from engine.results import Decision, RunResult, StepResult
+from engine.results import KEPT, Decision, RunResult, StepResult
 from engine.sandbox import Results, ToolCall
 from engine.store import EntryKind, JSONText, RunStore
 
@@ -56,7 +56,6 @@ __all__ = ["JOURNAL", "Journal"]
 JOURNAL = "journal"
 """The `by` of a decision on a call served from the journal (it ran before the resume)."""
 
-_KEPT = frozenset({"succeeded", "fallback", "failed_acceptable", "skipped"})
 _TIMELINE = frozenset(
     {
         "llm.called",
@@ -204,7 +203,7 @@ class Journal:
 
     def _step_finished(self, result: StepResult, step_id: str, at: float) -> None:
         self._journaled.add(step_id)
-        if result.status in _KEPT:
+        if result.status in KEPT:
             self.done += 1
         ended: dict[str, Any] = {"status": result.status, "attempts": result.attempts}
         if result.output is not None:  # the error and transcript are redacted already

@@ -9,6 +9,7 @@ from typing import Any, Literal, get_args
 from pydantic import BaseModel, Field
 
 __all__ = [
+    "KEPT",
     "STATUS_STYLE",
     "TERMINAL",
     "Decision",
@@ -37,6 +38,9 @@ TERMINAL: frozenset[str] = frozenset(get_args(StepStatus))
 
 BLOCKING: frozenset[str] = frozenset({"failed", "denied"})
 """Statuses that stop dependents from running."""
+
+KEPT: frozenset[str] = frozenset({"succeeded", "fallback", "failed_acceptable", "skipped"})
+"""Statuses of steps a resumed run does not run again (their results stand)."""
 
 STATUS_STYLE: dict[str, str] = {
     "succeeded": "green",

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Literal, Protocol
 
 __all__ = [
+    "INTERRUPTED",
     "STORE_DIR",
     "Entry",
     "EntryKind",
@@ -30,6 +31,8 @@ __all__ = [
     "default_store_path",
 ]
 
+INTERRUPTED = "interrupted"
+"""The status shown for a run whose process stopped (killed, crashed) before it ended."""
 STORE_DIR = ".planloom"
 """The folder beside a recipe that holds its store (`runs.db`)."""
 

@@ -5,20 +5,25 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
-from engine._journal_resume import Resumed, resumed_from
+from engine._journal_resume import Resumed, plan_steps, resumed_from
+from engine._scope import step_of
 from engine._sqlite_store import SqliteStore, is_alive, open_store
 from engine.app.launch import store_path
 from engine.results import RunResult, StepResult
-from engine.store import Entry, RunRecord
+from engine.store import INTERRUPTED, Entry, RunRecord
 
-__all__ = ["Found", "find_run", "open_for_reading", "result_of", "shown_status"]
-
-INTERRUPTED = "interrupted"
-"""The status shown for a run whose process died (killed, crashed) before it ended."""
+__all__ = [
+    "INTERRUPTED",
+    "Found",
+    "find_run",
+    "open_for_reading",
+    "read_run",
+    "result_of",
+    "shown_status",
+]
 
 
 def open_for_reading(store: str | None) -> SqliteStore:
@@ -39,6 +44,16 @@ class Found:
         self.record = record
         self.entries: list[Entry] = store.journal(record.id)
         self.journal: Resumed = resumed_from(self.entries)
+
+
+def read_run(store: str | None, run_id: str) -> Found | None:
+    """The run `run_id`, read whole from the store a command means (`open_for_reading`),
+    which is closed again; None (said on stderr) if there is no such run."""
+    opened = open_for_reading(store)
+    try:
+        return find_run(opened, run_id)
+    finally:
+        opened.close()
 
 
 def find_run(store: SqliteStore, run_id: str) -> Found | None:
@@ -67,7 +82,7 @@ def result_of(found: Found) -> tuple[RunResult, str]:
     ended = found.journal.result
     unstarted = ended.get("steps") if ended is not None else None
     unstarted = unstarted if isinstance(unstarted, dict) else None
-    steps = {step_id: StepResult() for step_id in _plan_ids(found.journal.plan)}
+    steps = {step_id: StepResult() for step_id in plan_steps(found.journal.plan)}
     for step_id, data in [*found.journal.steps.items(), *dict(unstarted or {}).items()]:
         try:
             steps[step_id] = StepResult.model_validate(
@@ -80,9 +95,9 @@ def result_of(found: Found) -> tuple[RunResult, str]:
             return RunResult.model_validate({**ended, "steps": steps}), status
         except ValidationError:
             pass  # written by another planloom version: rebuilt from the steps below
-    in_flight = {key[0].split("[", 1)[0] for key in found.journal.doubts}
+    in_flight = {step_of(key[0]) for key in found.journal.doubts}
     for step_id in in_flight:
-        if steps.get(step_id, StepResult()).status == "pending":
+        if step_id is not None and steps.get(step_id, StepResult()).status == "pending":
             steps[step_id] = StepResult(
                 status="pending", error="in flight when the run stopped: a call may have happened"
             )
@@ -92,14 +107,3 @@ def result_of(found: Found) -> tuple[RunResult, str]:
         steps=steps,
     )
     return result, status
-
-
-def _plan_ids(plan: dict[str, Any] | None) -> list[str]:
-    if not plan:
-        return []
-    return [
-        step["id"]
-        for section in ("steps", "finally")
-        for step in plan.get(section) or []
-        if isinstance(step, dict) and isinstance(step.get("id"), str)
-    ]

@@ -9,7 +9,7 @@ from typing import Any
 
 from engine.app.flags import store_flag
 from engine.app.output import EXIT_INVALID, EXIT_OK
-from engine.app.stored import find_run, open_for_reading
+from engine.app.stored import read_run
 from engine.capability import Registry
 from engine.report import render_report
 
@@ -31,14 +31,10 @@ def add(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:
-    store = open_for_reading(args.store)
-    try:
-        found = find_run(store, args.run_id)
-        if found is None:
-            return EXIT_INVALID
-        page = render_report(found.record, found.entries)
-    finally:
-        store.close()
+    found = read_run(args.store, args.run_id)
+    if found is None:
+        return EXIT_INVALID
+    page = render_report(found.record, found.entries)
     target = Path(args.output) if args.output else Path(f"report-{found.record.id}.html")
     try:
         target.write_text(page, encoding="utf-8")

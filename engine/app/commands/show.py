@@ -10,7 +10,7 @@ from engine._sanitize import neutralize
 from engine.app.console import print_summary
 from engine.app.flags import store_flag
 from engine.app.output import EXIT_INVALID, EXIT_OK, print_json
-from engine.app.stored import INTERRUPTED, find_run, open_for_reading, result_of
+from engine.app.stored import INTERRUPTED, read_run, result_of
 from engine.capability import Registry
 
 NAME = "show"
@@ -24,14 +24,10 @@ def add(sub: Any) -> None:
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:
-    store = open_for_reading(args.store)
-    try:
-        found = find_run(store, args.run_id)
-        if found is None:
-            return EXIT_INVALID
-        result, status = result_of(found)
-    finally:
-        store.close()
+    found = read_run(args.store, args.run_id)
+    if found is None:
+        return EXIT_INVALID
+    result, status = result_of(found)
     if args.json:
         print_json({**result.model_dump(mode="json"), "status": status})
         return EXIT_OK
