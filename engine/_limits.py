@@ -27,8 +27,11 @@ __all__ = [
 MAX_DEPTH = 100
 """Nested lists/mappings allowed (after YAML aliases are expanded)."""
 
-MAX_NODES = 1_000_000
-"""Nodes a YAML document may hold once its aliases are expanded (10,000 steps ≈ 150,000)."""
+MAX_NODES = 4_000_000
+"""Nodes a YAML document may hold once its aliases are expanded (10,000 steps ≈ 150,000).
+
+Aliases are bounded apart (`MAX_ALIAS_NODES`), so what this bounds is a document written
+out in full: recipes of a few hundred thousand steps pass, within `MAX_RECIPE_BYTES`."""
 
 MAX_ALIAS_NODES = 100_000
 """Nodes YAML aliases may add: anchors for shared params stay cheap, alias bombs do not."""

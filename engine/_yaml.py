@@ -25,12 +25,12 @@ from ruamel.yaml.events import (
     SequenceStartEvent,
     StreamEndEvent,
 )
-from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
+from ruamel.yaml.nodes import ScalarNode
 from ruamel.yaml.resolver import VersionedResolver
 
 from engine._gc import collector_paused
 from engine._limits import MAX_ALIAS_NODES, MAX_DEPTH, MAX_NODES
-from engine.diagnostics import Diagnostic, NodePath, SourceMap
+from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap
 from engine.errors import RecipeSyntaxError
 
 __all__ = ["MAX_RECIPE_BYTES", "parse_recipe_text", "read_recipe"]
@@ -73,28 +73,30 @@ def parse_recipe_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap
         RecipeSyntaxError: the text is not YAML, or is empty, or passes a cap of
             `engine._limits` (nesting depth, nodes, alias expansion).
     """
-    source = SourceMap(file=file, lines=text.splitlines())
+    source = SourceMap(file=file, text=text, locator=_locate)
     try:
         with collector_paused():
-            node = _compose(text)
-    except _LimitExceeded as exc:
+            data, empty = _Loader(text, source).load()
+    except LimitExceeded as exc:
         raise RecipeSyntaxError([exc.diagnostic(file)]) from None
     except MarkedYAMLError as exc:
         raise RecipeSyntaxError([_yaml_error(exc, source)]) from exc
     except YAMLError as exc:
         raise RecipeSyntaxError([source.at((), "yaml-syntax", str(exc))]) from exc
-    if node is None:
+    if empty:
         raise RecipeSyntaxError(
             [source.at((), "empty", "the recipe is empty", "start with 'version: 1'")]
         )
-    builder = _Builder(source)
-    with collector_paused():
-        data = builder.build(node, ())
-    source.problems.extend(builder.problems)  # reported by validation, with the rest
-    return data, source
+    return data, source  # duplicate keys and the like are in source.problems, for validation
 
 
-class _OnceResolver(VersionedResolver):
+def _locate(source: SourceMap) -> Positions:
+    from engine._yaml_tree import locate  # only a document with a problem needs positions
+
+    return locate(source)
+
+
+class OnceResolver(VersionedResolver):
     """Looks the document's YAML version up once.
 
     ruamel asks for it on every scalar, and with the C parser each ask raises and catches
@@ -111,28 +113,19 @@ class _OnceResolver(VersionedResolver):
         return self._table
 
 
-def _compose(text: str) -> Node | None:
-    """The document's node tree, composed under the caps of `engine._limits`.
-
-    ruamel parses (in C when it can) and this module composes: ruamel's composers recurse
-    once per nesting level (the C one overflows the C stack on deep input) and share one
-    node per anchor, so a few hundred bytes of aliases-of-aliases only blow up later, when
-    the tree is turned into data. Composing here counts every node as it will be expanded
-    and stops at the cap, with the document's own position.
-    """
+def event_parser(text: str) -> tuple[Any, Any]:
+    """ruamel's parser over `text` (in C when it can) and what resolves its plain scalars'
+    tags. The caller disposes of the parser."""
     yaml = YAML(typ="safe", pure=False)
-    yaml.Resolver = _OnceResolver
+    yaml.Resolver = OnceResolver
     loader, parser = yaml.get_constructor_parser(text)
     # With the C parser one object parses and resolves; the pure parser has a resolver apart.
     resolver = loader if hasattr(loader, "resolve") else yaml.resolver
-    try:
-        return _Composer(parser, resolver).single_node()
-    finally:
-        parser.dispose()
+    return parser, resolver
 
 
-class _LimitExceeded(Exception):
-    """A cap of `engine._limits` was passed while composing, at `mark`."""
+class LimitExceeded(Exception):
+    """A cap of `engine._limits` was passed while loading, at `mark`."""
 
     def __init__(self, mark: Any, rule: str, message: str, hint: str) -> None:
         super().__init__(message)
@@ -150,158 +143,8 @@ class _LimitExceeded(Exception):
         )
 
 
-@dataclass(slots=True)
-class _Open:
-    """A list or mapping being composed: its expanded size and height so far."""
-
-    node: SequenceNode | MappingNode
-    anchor: str | None
-    size: int = 1
-    height: int = 1
-    key: Node | None = None  # a mapping's key waiting for its value
-
-
-class _Composer:
-    """Events → nodes without recursion, counting what aliases would expand to.
-
-    `size` is the number of nodes a subtree expands to (aliases copied out), `height` the
-    number of nested lists/mappings in it. An alias adds its anchor's size and puts its
-    anchor's height under the current depth, so caps hold for the data the builder makes.
-    """
-
-    def __init__(self, parser: Any, resolver: Any) -> None:
-        self.parser = parser
-        self.resolve = resolver.resolve
-        self.anchors: dict[str, tuple[Node, int, int]] = {}
-        self.tags: dict[str, Any] = {}
-        self.nodes = 0
-        self.aliased = 0
-
-    def single_node(self) -> Node | None:
-        parser = self.parser
-        parser.get_event()  # stream start
-        if parser.check_event(StreamEndEvent):
-            parser.get_event()
-            return None
-        parser.get_event()  # document start
-        node = self._document()
-        parser.get_event()  # document end
-        if not parser.check_event(StreamEndEvent):
-            event = parser.get_event()
-            raise ComposerError(
-                "expected a single document in the stream",
-                node.start_mark,
-                "but found another document",
-                event.start_mark,
-            )
-        parser.get_event()
-        return node
-
-    def _document(self) -> Node:
-        stack: list[_Open] = []
-        get_event = self.parser.get_event
-        while True:
-            event = get_event()
-            kind = type(event)
-            if kind is ScalarEvent:  # most events: kept short
-                node: Node = self._scalar(event)
-                size, height = 1, 0
-                self.nodes += 1
-                if self.nodes > MAX_NODES:
-                    raise _too_many(event.start_mark)
-            elif kind is AliasEvent:
-                node, size, height = self._alias(event, stack)
-            elif kind is SequenceStartEvent or kind is MappingStartEvent:
-                stack.append(self._open(event, kind is MappingStartEvent, len(stack)))
-                continue
-            else:  # the end of a list or mapping
-                done = stack.pop()
-                node, size, height = done.node, done.size, done.height
-                node.end_mark = event.end_mark
-                if done.anchor is not None:
-                    self._anchor(done.anchor, node, size, height)
-            if not stack:
-                return node
-            parent = stack[-1]
-            parent.size += size
-            if height >= parent.height:
-                parent.height = height + 1
-            if not isinstance(parent.node, MappingNode):
-                parent.node.value.append(node)
-            elif parent.key is None:
-                parent.key = node
-            else:
-                parent.node.value.append((parent.key, node))
-                parent.key = None
-
-    def _scalar(self, event: Any) -> ScalarNode:
-        tag = event.ctag
-        if tag is None or str(tag) == "!":
-            tag = self.resolve(ScalarNode, event.value, event.implicit)
-            # one Tag object per distinct tag, not per scalar: a third of the tree's memory
-            tag = self.tags.setdefault(tag.suffix, tag)
-        node = ScalarNode(tag, event.value, event.start_mark, None, style=event.style)
-        if event.anchor is not None:
-            self._anchor(event.anchor, node, 1, 0)
-        return node
-
-    def _open(self, event: Any, mapping: bool, depth: int) -> _Open:
-        if depth >= MAX_DEPTH:
-            raise _too_deep(event.start_mark)
-        self._count(event, 1)
-        kind = MappingNode if mapping else SequenceNode
-        tag = event.ctag
-        if tag is None or str(tag) == "!":
-            tag = self.resolve(kind, None, event.implicit)
-        node = kind(tag, [], event.start_mark, None, flow_style=event.flow_style)
-        return _Open(node, event.anchor)
-
-    def _alias(self, event: Any, stack: list[_Open]) -> tuple[Node, int, int]:
-        name = event.anchor
-        if name not in self.anchors:
-            if any(open_.anchor == name for open_ in stack):
-                raise ComposerError(
-                    None,
-                    None,
-                    f"alias '*{name}' is inside its own anchor (a cycle)",
-                    event.start_mark,
-                )
-            raise ComposerError(None, None, "found undefined alias", event.start_mark)
-        node, size, height = self.anchors[name]
-        if len(stack) + height > MAX_DEPTH:
-            raise _too_deep(event.start_mark, f" once alias '*{name}' is expanded")
-        self.aliased += size
-        if self.aliased > MAX_ALIAS_NODES:
-            raise _LimitExceeded(
-                event.start_mark,
-                "yaml-too-large",
-                f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes "
-                f"(here '*{name}' adds {size:,})",
-                "each alias is a full copy of its anchor, and aliases of aliases multiply: "
-                "use fewer aliases, or write the values out",
-            )
-        self._count(event, size)
-        return node, size, height
-
-    def _anchor(self, name: str, node: Node, size: int, height: int) -> None:
-        if name in self.anchors:
-            first = self.anchors[name][0].start_mark.line + 1
-            raise ComposerError(
-                None,
-                None,
-                f"duplicate anchor '&{name}' (first defined on line {first})",
-                node.start_mark,
-            )
-        self.anchors[name] = (node, size, height)
-
-    def _count(self, event: Any, size: int) -> None:
-        self.nodes += size
-        if self.nodes > MAX_NODES:
-            raise _too_many(event.start_mark)
-
-
-def _too_many(mark: Any) -> _LimitExceeded:
-    return _LimitExceeded(
+def too_many(mark: Any) -> LimitExceeded:
+    return LimitExceeded(
         mark,
         "yaml-too-large",
         f"the document holds more than {MAX_NODES:,} YAML nodes (aliases expanded)",
@@ -309,8 +152,8 @@ def _too_many(mark: Any) -> _LimitExceeded:
     )
 
 
-def _too_deep(mark: Any, where: str = "") -> _LimitExceeded:
-    return _LimitExceeded(
+def too_deep(mark: Any, where: str = "") -> LimitExceeded:
+    return LimitExceeded(
         mark,
         "too-deep",
         f"lists and mappings nest more than {MAX_DEPTH} levels deep here{where}",
@@ -318,84 +161,20 @@ def _too_deep(mark: Any, where: str = "") -> _LimitExceeded:
     )
 
 
-class _Builder:
-    """Node tree → plain data, recording positions and collecting structural problems."""
-
-    def __init__(self, source: SourceMap) -> None:
-        self.source = source
-        self.problems: list[Diagnostic] = []
-
-    def build(self, node: Node, path: NodePath) -> Any:
-        self.source.values[path] = (node.start_mark.line + 1, node.start_mark.column + 1)
-        if isinstance(node, ScalarNode):
-            return _scalar(node)
-        if isinstance(node, SequenceNode):
-            return [self.build(item, (*path, i)) for i, item in enumerate(node.value)]
-        if isinstance(node, MappingNode):
-            return self._mapping(node, path)
-        return None  # pragma: no cover - composer yields only the three node kinds
-
-    def _mapping(self, node: MappingNode, path: NodePath) -> dict[str, Any]:
-        result: dict[str, Any] = {}
-        seen: dict[str, int] = {}
-        for key_node, value_node in node.value:
-            line, column = key_node.start_mark.line + 1, key_node.start_mark.column + 1
-            if not isinstance(key_node, ScalarNode):
-                self.problems.append(self._unquoted_braces(line, column, key_node))
-                self.source.broken.add(path)
-                continue
-            key = str(key_node.value)
-            if key == "<<":
-                self.problems.append(
-                    self._diag(
-                        line,
-                        column,
-                        "merge-key",
-                        "YAML merge keys ('<<') are not supported",
-                        "write the keys out, or use YAML anchors per value",
-                    )
-                )
-                continue
-            if key in seen:
-                self.problems.append(
-                    self._diag(
-                        line,
-                        column,
-                        "duplicate-key",
-                        f"duplicate key '{key}' (first defined on line {seen[key]})",
-                        "remove one of them; YAML would silently keep only the last",
-                    )
-                )
-                continue
-            seen[key] = line
-            self.source.keys[(*path, key)] = (line, column)
-            result[key] = self.build(value_node, (*path, key))
-        return result
-
-    def _unquoted_braces(self, line: int, column: int, key_node: Node) -> Diagnostic:
-        text = self.source.lines[line - 1] if line <= len(self.source.lines) else ""
-        if "{{" in text:
-            return self._diag(
-                line,
-                column,
-                "unquoted-template",
-                "unquoted '{{': YAML reads it as a nested mapping, not a template",
-                "write templates as '${{ ... }}' and quote them, e.g. path: \"${{ inputs.file }}\"",
-            )
-        return self._diag(line, column, "complex-key", "mapping keys must be plain strings", None)
-
-    def _diag(
-        self, line: int, column: int, rule: str, message: str, hint: str | None
-    ) -> Diagnostic:
-        return Diagnostic(
-            file=self.source.file, line=line, column=column, rule=rule, message=message, hint=hint
-        )
+def too_many_aliased(mark: Any, name: str, size: int) -> LimitExceeded:
+    return LimitExceeded(
+        mark,
+        "yaml-too-large",
+        f"YAML aliases expand to more than {MAX_ALIAS_NODES:,} nodes "
+        f"(here '*{name}' adds {size:,})",
+        "each alias is a full copy of its anchor, and aliases of aliases multiply: "
+        "use fewer aliases, or write the values out",
+    )
 
 
-def _scalar(node: ScalarNode) -> Any:
-    tag = node.tag or ""
-    value: str = node.value
-    if not tag.startswith(_TAG) or node.style:  # quoted or explicitly tagged: keep text
+def scalar_value(tag: str, value: str, style: str | None) -> Any:
+    """A scalar's data: text when quoted or tagged with a tag of its own, else by its tag."""
+    if style or not tag.startswith(_TAG):
         return value
     kind = tag[len(_TAG) :]
     if kind == "null":
@@ -416,6 +195,310 @@ def _scalar(node: ScalarNode) -> Any:
             return float(special or value.replace("_", ""))
         except ValueError:
             return value
+    return value
+
+
+def merge_key(file: str, line: int, column: int) -> Diagnostic:
+    return Diagnostic(
+        file=file,
+        line=line,
+        column=column,
+        rule="merge-key",
+        message="YAML merge keys ('<<') are not supported",
+        hint="write the keys out, or use YAML anchors per value",
+    )
+
+
+def duplicate_key(file: str, line: int, column: int, key: str, first: int) -> Diagnostic:
+    return Diagnostic(
+        file=file,
+        line=line,
+        column=column,
+        rule="duplicate-key",
+        message=f"duplicate key '{key}' (first defined on line {first})",
+        hint="remove one of them; YAML would silently keep only the last",
+    )
+
+
+def complex_key(source: SourceMap, line: int, column: int) -> Diagnostic:
+    """A key that is a list or mapping: most often an unquoted `{{`."""
+    text = source.lines[line - 1] if line <= len(source.lines) else ""
+    if "{{" in text:
+        return Diagnostic(
+            file=source.file,
+            line=line,
+            column=column,
+            rule="unquoted-template",
+            message="unquoted '{{': YAML reads it as a nested mapping, not a template",
+            hint="write templates as '${{ ... }}' and quote them, "
+            'e.g. path: "${{ inputs.file }}"',
+        )
+    return Diagnostic(
+        file=source.file,
+        line=line,
+        column=column,
+        rule="complex-key",
+        message="mapping keys must be plain strings",
+    )
+
+
+_WAITING = object()  # a mapping's key not read yet
+
+
+@dataclass(slots=True)
+class _Frame:
+    """A list or mapping being loaded: its expanded size and height so far.
+
+    `quiet`: the value is left out of the document's data (it is a key that is a list or
+    mapping, or the value of a key already reported), so what is found inside it is not
+    reported; it is still built, since an anchor inside it may be aliased elsewhere.
+    `found_at` and `broken_at` are where the logs stood when it opened.
+    """
+
+    value: Any
+    anchor: str | None
+    mark: Any
+    quiet: bool
+    found_at: int
+    broken_at: int
+    size: int = 1
+    height: int = 1
+    key: Any = _WAITING  # a mapping's key waiting for its value
+    skip: bool = False  # a mapping's waiting value is left out
+    seen: dict[str, int] | None = None  # a mapping's keys → the line each is on
+
+
+@dataclass(slots=True)
+class _Anchored:
+    value: Any
+    size: int
+    height: int
+    mark: Any
+    text: str | None  # a scalar's text: as a key, an alias reads as its anchor's text
+    found: tuple[Diagnostic, ...] = ()  # problems inside it, reported again where aliased
+    broken: tuple[NodePath, ...] = ()  # values left out inside it, from its own path
+
+
+class _Loader:
+    """Events → plain data in one pass, under the caps of `engine._limits`.
+
+    No recursion (ruamel's composers recurse once per nesting level, and the C one
+    overflows the C stack on deep input) and no node tree: the data is built as events
+    arrive, and each node is counted as it will be expanded, so a few hundred bytes of
+    aliases-of-aliases stop at the cap with the document's own position. An alias is a
+    copy of its anchor's data, never the same object, and what was found inside the
+    anchor is found again where it is aliased. Positions are not kept:
+    `engine._yaml_tree.locate` finds them when something is to be reported.
+    """
+
+    def __init__(self, text: str, source: SourceMap) -> None:
+        self.text = text
+        self.source = source
+        self.anchors: dict[str, _Anchored] = {}
+        self.kinds: dict[str, str] = {}  # plain scalar → its resolved tag
+        self.nodes = 0
+        self.aliased = 0
+        # Everything found, reported or not: an anchor keeps what was found inside it.
+        self.found: list[Diagnostic] = []
+        self.broken: list[NodePath] = []
+
+    def load(self) -> tuple[Any, bool]:
+        """The document's data, and whether the stream held no document at all."""
+        parser, resolver = event_parser(self.text)
+        self.resolve = resolver.resolve
+        try:
+            parser.get_event()  # stream start
+            if parser.check_event(StreamEndEvent):
+                parser.get_event()
+                return None, True
+            parser.get_event()  # document start
+            data, mark = self._document(parser.get_event)
+            parser.get_event()  # document end
+            if not parser.check_event(StreamEndEvent):
+                event = parser.get_event()
+                raise ComposerError(
+                    "expected a single document in the stream",
+                    mark,
+                    "but found another document",
+                    event.start_mark,
+                )
+            parser.get_event()
+            return data, False
+        finally:
+            parser.dispose()
+
+    def _document(self, get_event: Any) -> tuple[Any, Any]:
+        stack: list[_Frame] = []
+        while True:
+            event = get_event()
+            kind = type(event)
+            text: str | None = None
+            if kind is ScalarEvent:  # most events: kept short
+                value, text, mark = self._scalar(event), event.value, event.start_mark
+                size, height = 1, 0
+                self.nodes += 1
+                if self.nodes > MAX_NODES:
+                    raise too_many(mark)
+                if event.anchor is not None:
+                    self._anchor(event.anchor, _Anchored(value, 1, 0, mark, text))
+            elif kind is AliasEvent:
+                anchored = self._alias(event, stack)
+                value, size, height = _copy(anchored.value), anchored.size, anchored.height
+                mark, text = anchored.mark, anchored.text
+                if anchored.found or anchored.broken:
+                    at = self._path(stack, len(stack))
+                    quiet = bool(stack) and self._quiet(stack[-1])
+                    self._report(quiet, *anchored.found)
+                    self._break(quiet, *((*at, *inner) for inner in anchored.broken))
+            elif kind is SequenceStartEvent or kind is MappingStartEvent:
+                if len(stack) >= MAX_DEPTH:
+                    raise too_deep(event.start_mark)
+                self._count(event.start_mark, 1)
+                mapping = kind is MappingStartEvent
+                stack.append(
+                    _Frame(
+                        {} if mapping else [],
+                        event.anchor,
+                        event.start_mark,
+                        bool(stack) and self._quiet(stack[-1]),
+                        len(self.found),
+                        len(self.broken),
+                        seen={} if mapping else None,
+                    )
+                )
+                continue
+            else:  # the end of a list or mapping
+                done = stack.pop()
+                value, size, height, mark = done.value, done.size, done.height, done.mark
+                if done.anchor is not None:
+                    depth = len(stack)  # the length of this value's own path
+                    self._anchor(
+                        done.anchor,
+                        _Anchored(
+                            value,
+                            size,
+                            height,
+                            mark,
+                            None,
+                            tuple(self.found[done.found_at :]),
+                            tuple(path[depth:] for path in self.broken[done.broken_at :]),
+                        ),
+                    )
+            if not stack:
+                return value, mark
+            parent = stack[-1]
+            parent.size += size
+            if height >= parent.height:
+                parent.height = height + 1
+            if parent.seen is None:  # a list
+                parent.value.append(value)
+            elif parent.key is _WAITING:
+                self._key(stack, text, mark)
+            else:
+                if not parent.skip:
+                    parent.value[parent.key] = value
+                parent.key, parent.skip = _WAITING, False
+
+    @staticmethod
+    def _quiet(parent: _Frame) -> bool:
+        """Whether a value placed in `parent` now is left out of the document's data."""
+        waiting = parent.key is _WAITING or parent.skip
+        return parent.quiet or (parent.seen is not None and waiting)
+
+    def _key(self, stack: list[_Frame], text: str | None, mark: Any) -> None:
+        mapping = stack[-1]
+        seen = mapping.seen
+        assert seen is not None  # a mapping
+        line, column = mark.line + 1, mark.column + 1
+        mapping.key = None
+        mapping.skip = True
+        if text is None:  # a list or mapping as a key
+            self._report(mapping.quiet, complex_key(self.source, line, column))
+            self._break(mapping.quiet, self._path(stack, len(stack) - 1))
+        elif text == "<<":
+            self._report(mapping.quiet, merge_key(self.source.file, line, column))
+        elif text in seen:
+            problem = duplicate_key(self.source.file, line, column, text, seen[text])
+            self._report(mapping.quiet, problem)
+        else:
+            seen[text] = line
+            mapping.key, mapping.skip = text, False
+
+    def _scalar(self, event: Any) -> Any:
+        value: str = event.value
+        tag = event.ctag
+        if tag is not None and str(tag) != "!":
+            return scalar_value(str(tag), value, event.style)
+        if event.style:  # quoted, or a block of text
+            return value
+        implicit = event.implicit
+        kind = self.kinds.get(value) if implicit[0] else None
+        if kind is None:
+            kind = str(self.resolve(ScalarNode, value, implicit))
+            if implicit[0] and len(self.kinds) < 10_000:  # keys and common words repeat
+                self.kinds[value] = kind
+        return scalar_value(kind, value, None)
+
+    def _alias(self, event: Any, stack: list[_Frame]) -> _Anchored:
+        name = event.anchor
+        anchored = self.anchors.get(name)
+        if anchored is None:
+            if any(frame.anchor == name for frame in stack):
+                raise ComposerError(
+                    None,
+                    None,
+                    f"alias '*{name}' is inside its own anchor (a cycle)",
+                    event.start_mark,
+                )
+            raise ComposerError(None, None, "found undefined alias", event.start_mark)
+        if len(stack) + anchored.height > MAX_DEPTH:
+            raise too_deep(event.start_mark, f" once alias '*{name}' is expanded")
+        self.aliased += anchored.size
+        if self.aliased > MAX_ALIAS_NODES:
+            raise too_many_aliased(event.start_mark, name, anchored.size)
+        self._count(event.start_mark, anchored.size)
+        return anchored
+
+    def _anchor(self, name: str, anchored: _Anchored) -> None:
+        if name in self.anchors:
+            first = self.anchors[name].mark.line + 1
+            raise ComposerError(
+                None,
+                None,
+                f"duplicate anchor '&{name}' (first defined on line {first})",
+                anchored.mark,
+            )
+        self.anchors[name] = anchored
+
+    def _count(self, mark: Any, size: int) -> None:
+        self.nodes += size
+        if self.nodes > MAX_NODES:
+            raise too_many(mark)
+
+    @staticmethod
+    def _path(stack: list[_Frame], depth: int) -> NodePath:
+        """The path of what goes next into `stack[depth - 1]` (of the document at 0)."""
+        return tuple(
+            frame.key if frame.seen is not None else len(frame.value) for frame in stack[:depth]
+        )
+
+    def _report(self, quiet: bool, *problems: Diagnostic) -> None:
+        self.found.extend(problems)
+        if not quiet:
+            self.source.problems.extend(problems)
+
+    def _break(self, quiet: bool, *paths: NodePath) -> None:
+        self.broken.extend(paths)
+        if not quiet:
+            self.source.broken.update(paths)
+
+
+def _copy(value: Any) -> Any:
+    """A fresh copy of an anchor's data (bounded: aliases add at most MAX_ALIAS_NODES)."""
+    if type(value) is dict:
+        return {key: _copy(item) for key, item in value.items()}
+    if type(value) is list:
+        return [_copy(item) for item in value]
     return value
 
 

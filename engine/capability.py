@@ -104,6 +104,9 @@ class Family:
     (`llm`, `human`): a model is not handed their tools unless a recipe lists them.
     `discovery`, when given, finds the family's actions from its grant at validation time
     (`engine.discovery`); `scope` is per-run state its actions get as `CallContext.scope`.
+    `max_parallel`, when given, bounds the family's calls running at once in one run (a
+    resource that does not scale with steps: processes for `shell`); a recipe's
+    `limits.per_family` overrides it.
     """
 
     name: str
@@ -113,6 +116,7 @@ class Family:
     for_agents: bool = True
     discovery: Discovery | None = None
     scope: RunScope | None = None
+    max_parallel: int | None = None
 
 
 @dataclass(frozen=True)

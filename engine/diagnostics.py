@@ -8,8 +8,7 @@ validation that works on plain data can still point at a line and column.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel
 
@@ -18,6 +17,8 @@ from engine._sanitize import neutralize
 __all__ = ["Diagnostic", "NodePath", "SourceMap", "did_you_mean", "render_diagnostics"]
 
 NodePath = tuple[str | int, ...]
+Positions = tuple[dict[NodePath, tuple[int, int]], dict[NodePath, tuple[int, int]]]
+"""Where values start and where keys start: `SourceMap.values` and `SourceMap.keys`."""
 
 
 class Diagnostic(BaseModel):
@@ -35,7 +36,6 @@ class Diagnostic(BaseModel):
         return f"{self.file}:{self.line}:{self.column}: error[{self.rule}]: {self.message}"
 
 
-@dataclass
 class SourceMap:
     """Where each node of a loaded document starts (1-based line and column).
 
@@ -44,14 +44,56 @@ class SourceMap:
     `problems` holds what the loader found (duplicate keys, an unquoted `{{`) for validation
     to report with everything else; `broken` marks values the loader could not read, so
     that no second, derived problem is reported for them.
+
+    A map made with `text` and `locator` keeps only the text: positions are found by
+    `locator` the first time one is asked for. A valid document never asks, so loading one
+    costs no position table (a million entries for a 100,000-step recipe).
     """
 
-    file: str
-    lines: list[str] = field(default_factory=list)
-    values: dict[NodePath, tuple[int, int]] = field(default_factory=dict)
-    keys: dict[NodePath, tuple[int, int]] = field(default_factory=dict)
-    problems: list[Diagnostic] = field(default_factory=list)
-    broken: set[NodePath] = field(default_factory=set)
+    def __init__(
+        self,
+        file: str,
+        lines: list[str] | None = None,
+        values: dict[NodePath, tuple[int, int]] | None = None,
+        keys: dict[NodePath, tuple[int, int]] | None = None,
+        problems: list[Diagnostic] | None = None,
+        broken: set[NodePath] | None = None,
+        *,
+        text: str | None = None,
+        locator: Callable[[SourceMap], Positions] | None = None,
+    ) -> None:
+        self.file = file
+        self.problems: list[Diagnostic] = problems if problems is not None else []
+        self.broken: set[NodePath] = broken if broken is not None else set()
+        self.text = text
+        self._lines = lines
+        self._values = values if values is not None else {}
+        self._keys = keys if keys is not None else {}
+        self._locator = locator
+
+    @property
+    def lines(self) -> list[str]:
+        if self._lines is None:
+            self._lines = (self.text or "").splitlines()
+        return self._lines
+
+    @property
+    def values(self) -> dict[NodePath, tuple[int, int]]:
+        self._locate_all()
+        return self._values
+
+    @property
+    def keys(self) -> dict[NodePath, tuple[int, int]]:
+        self._locate_all()
+        return self._keys
+
+    def _locate_all(self) -> None:
+        locator, self._locator = self._locator, None
+        if locator is not None:
+            self._values, self._keys = locator(self)
+
+    def __repr__(self) -> str:
+        return f"SourceMap(file={self.file!r}, problems={len(self.problems)})"
 
     def is_broken(self, path: Sequence[str | int]) -> bool:
         return any(tuple(path[: len(b)]) == b for b in self.broken)

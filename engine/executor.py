@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from engine._agent_steps import AgentSteps
 from engine._attempts import Attempts, Sleep, Tally
 from engine._compiled import CompiledStep
-from engine._gc import heap_frozen
+from engine._gc import collector_paused, heap_frozen
 from engine._graph import plan_graph, step_dependencies
 from engine._scheduler import Scheduler
 from engine._scope import enter_scope
@@ -115,6 +115,7 @@ class Executor:
             events=self.events,
             default_timeout=plan.limits.timeout,
             max_tool_calls=plan.limits.max_tool_calls,
+            per_family=plan.limits.per_family,
             ask=self._ask,
             llm=llm,
             results=tool_results or LiveResults(),
@@ -127,7 +128,8 @@ class Executor:
             llm.on_call = self._llm_called
         self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
         self.errors: list[str] = []
-        self._compiled = {s.id: CompiledStep(s) for s in plan.all_steps()}
+        with collector_paused():  # compiling builds and frees nothing cyclic: no rescans
+            self._compiled = {s.id: CompiledStep(s) for s in plan.all_steps()}
         primaries = {step_id: compiled.primary for step_id, compiled in self._compiled.items()}
         self.agents = AgentSteps(agent_runner, registry, self.sandbox, plan.capabilities, primaries)
         self.attempts = Attempts(

@@ -169,7 +169,12 @@ class LLMSettings(_Model):
 class Limits(_Model):
     """Run-wide bounds. Every wait is finite."""
 
-    max_parallel: int = Field(4, ge=1, le=1024, description="Steps running at once.")
+    max_parallel: int = Field(64, ge=1, le=1024, description="Steps running at once.")
+    per_family: dict[str, Annotated[int, Field(ge=1, le=1024)]] = Field(
+        default_factory=dict,
+        description="Calls into one capability family at once, e.g. {shell: 4}; a family "
+        "may have its own default (shell: the number of CPUs).",
+    )
     timeout: Seconds = Field(30.0, description="Default seconds per attempt.")
     max_duration: Seconds = Field(3600.0, description="Seconds for the whole run.")
     max_llm_calls: int = Field(50, ge=0)

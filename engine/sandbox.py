@@ -128,8 +128,10 @@ class Sandbox:
     dry_run: bool = False
     results: Results = field(default_factory=LiveResults)
     scopes: dict[str, Any] = field(default_factory=dict)
+    per_family: dict[str, int] = field(default_factory=dict)
     calls: int = 0
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
+    _slots: dict[str, asyncio.Semaphore | None] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         for family_name, raw in self.grants.items():
@@ -252,8 +254,13 @@ class Sandbox:
                 missing_confinement=self._missing_layers(action.family) or None,
             )
 
+        slots = self._family_slots(action.family)
+
         async def run() -> Any:
-            return _jsonable(name, await _execute(action, model, ctx))
+            if slots is None:
+                return _jsonable(name, await _execute(action, model, ctx))
+            async with slots:  # waiting for a slot is not part of the call's timeout
+                return _jsonable(name, await _execute(action, model, ctx))
 
         try:
             output = await self.results.result(call, run, replayed=replayed)
@@ -295,6 +302,15 @@ class Sandbox:
                 step_id=step_id,
             ) from None
         return action, grant, model
+
+    def _family_slots(self, family_name: str) -> asyncio.Semaphore | None:
+        """The bound on the family's calls at once: the recipe's `limits.per_family`, else
+        the family's own default, else none."""
+        if family_name not in self._slots:
+            family = self.registry.families.get(family_name)
+            limit = self.per_family.get(family_name) or (family and family.max_parallel)
+            self._slots[family_name] = asyncio.Semaphore(limit) if limit else None
+        return self._slots[family_name]
 
     def _missing_layers(self, family_name: str) -> dict[str, str]:
         """Confinement layers this machine lacks for the family: never silently absent."""

@@ -27,7 +27,7 @@ from engine._validation_templates import (
     check_step_templates,
 )
 from engine.capability import Registry
-from engine.diagnostics import Diagnostic, NodePath, SourceMap
+from engine.diagnostics import Diagnostic, NodePath, SourceMap, did_you_mean
 from engine.errors import PlanValidationError
 from engine.model import FallbackAction, Plan, Step
 
@@ -140,6 +140,7 @@ class _Checker:
         report = self.report
         self._inputs(plan)
         granted = check_grants(report, self.registry, plan)
+        self._family_limits(plan)
         registry, unavailable = bind_grants(report, self.registry, plan, granted, self.base_dir)
         # with a goal and no steps, the LLM planner writes them
         if not steps and not plan.steps and "steps" not in data and not plan.goal:
@@ -180,6 +181,25 @@ class _Checker:
             section_steps = [(p, s) for p, s in steps if p[0] == section]
             self.graphs[section] = check_cycles(report, section_steps, ids)
         check_outputs(report, plan, main_ids | final_ids)
+
+    def _family_limits(self, plan: Plan) -> None:
+        """`limits.per_family` names granted families: a limit on anything else is a typo
+        or a leftover, and would bound nothing."""
+        for name in plan.limits.per_family:
+            if name in plan.capabilities:
+                continue
+            hint = did_you_mean(name, plan.capabilities) or (
+                "granted: " + ", ".join(sorted(plan.capabilities))
+                if plan.capabilities
+                else "grant it under 'capabilities' or remove the limit"
+            )
+            self.report(
+                ("limits", "per_family", name),
+                "unknown-capability",
+                f"limits.per_family names '{name}', which the recipe does not grant",
+                hint,
+                key=True,
+            )
 
     def _inputs(self, plan: Plan) -> None:
         for name, spec in plan.inputs.items():

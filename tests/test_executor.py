@@ -8,6 +8,7 @@ checks the one rule that holds for all runs: every step ends in a terminal statu
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from pathlib import Path
@@ -684,6 +685,62 @@ def test_limits_max_parallel_is_honoured(registry: Registry, tools: ScriptedTool
     )
     assert set(statuses(result).values()) == {"succeeded"}
     assert max_concurrency(tools.calls) == 2
+
+
+def test_by_default_ready_steps_start_at_once_up_to_64(
+    registry: Registry, tools: ScriptedTools
+) -> None:
+    """No `limits`: 70 independent steps, 64 run together (the default `max_parallel`)."""
+    for i in range(70):
+        tools.script(f"s{i}", Wait(0.3, i))
+    result = run(registry, [step(f"s{i}") for i in range(70)])
+    assert set(statuses(result).values()) == {"succeeded"}
+    assert max_concurrency(tools.calls) == 64
+
+
+def test_limits_per_family_bounds_one_family_only(registry: Registry) -> None:
+    slow = ScriptedTools(registry, family="slow")
+    fast = ScriptedTools(registry)
+    for i in range(6):
+        slow.script(f"s{i}", Wait(0.1, i))
+        fast.script(f"f{i}", Wait(0.1, i))
+    steps = [step(f"s{i}", tool="slow.run") for i in range(6)]
+    steps += [step(f"f{i}") for i in range(6)]
+    result = run(
+        registry, steps, capabilities={"test": {}, "slow": {}}, limits={"per_family": {"slow": 2}}
+    )
+    assert set(statuses(result).values()) == {"succeeded"}
+    assert max_concurrency(slow.calls) == 2
+    assert max_concurrency(fast.calls) == 6
+
+
+def test_a_family_default_limit_applies_and_the_recipe_overrides_it(
+    registry: Registry, tools: ScriptedTools
+) -> None:
+    registry.families["test"] = dataclasses.replace(registry.families["test"], max_parallel=1)
+    for i in range(4):
+        tools.script(f"s{i}", Wait(0.1, i))
+    run(registry, [step(f"s{i}") for i in range(4)])
+    assert max_concurrency(tools.calls) == 1
+    tools.calls.clear()
+    result = run(registry, [step(f"s{i}") for i in range(4)], limits={"per_family": {"test": 3}})
+    assert set(statuses(result).values()) == {"succeeded"}
+    assert max_concurrency(tools.calls) == 3
+
+
+def test_waiting_for_a_family_slot_is_not_part_of_the_call_timeout(
+    registry: Registry, tools: ScriptedTools
+) -> None:
+    """Three 0.2 s calls one at a time take 0.6 s; each call's own 0.3 s limit holds."""
+    for i in range(3):
+        tools.script(f"s{i}", Wait(0.2, i))
+    result = run(
+        registry,
+        [step(f"s{i}", timeout=0.3) for i in range(3)],
+        limits={"per_family": {"test": 1}},
+    )
+    assert statuses(result) == dict.fromkeys(("s0", "s1", "s2"), "succeeded")
+    assert max_concurrency(tools.calls) == 1
 
 
 def test_a_tool_raising_any_exception_fails_only_that_step(

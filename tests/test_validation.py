@@ -413,6 +413,33 @@ def test_bad_recipe_name(check: Check) -> None:
     ]
 
 
+def test_limits_per_family_names_a_granted_family(check: Check) -> None:
+    diags = check(
+        """
+        version: 1
+        name: r
+        capabilities: {fs: {}, shell: {allow: [echo]}}
+        limits: {per_family: {shel: 2, http: 1}}
+        steps:
+          - id: a
+            tool: fs.read
+            params: {path: x}
+        """
+    )
+    assert pairs(diags) == [
+        (
+            "r.yaml:4:23: error[unknown-capability]: limits.per_family names 'shel', which "
+            "the recipe does not grant",
+            "did you mean 'shell'?",
+        ),
+        (
+            "r.yaml:4:32: error[unknown-capability]: limits.per_family names 'http', which "
+            "the recipe does not grant",
+            "granted: fs, shell",
+        ),
+    ]
+
+
 def test_duplicate_ids_in_steps_and_finally(check: Check) -> None:
     diags = check(
         """
