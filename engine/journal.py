@@ -220,10 +220,13 @@ class Journal:
         attempts = self._attempts.pop(step_id, None)
         if attempts and (len(attempts) > 1 or attempts[0][4:5] != ["ok"]):
             # (one attempt that went well is the step's own span)
-            data["attempts"] = [dict(zip(_ATTEMPT, attempt, strict=False)) for attempt in attempts]
+            # events reach subscribers unredacted: what leaves the process is redacted here
+            data["attempts"] = self.redact(
+                [dict(zip(_ATTEMPT, attempt, strict=False)) for attempt in attempts]
+            )
         gates = self._gates.pop(step_id, None)
         if gates:
-            data["gates"] = gates
+            data["gates"] = self.redact(gates)
         usage = self._usage.pop(step_id, None)
         if usage:
             data["llm"] = dict(usage)

@@ -76,9 +76,10 @@ on_failure: continue
 capabilities: {fs: {root: J, read: true, write: ["out/**"]}}
 steps:
   - {id: read, tool: fs.read, params: {path: creds.txt}}
-  - id: fail_on_it
+  - id: fail_on_it                 # retried: its attempts and their errors are journaled
     tool: fs.read
     params: {path: "missing-${{ steps.read.output.content | trim }}"}
+    retry: {attempts: 2, initial: 0.1}
   - id: copy                       # the data itself still flows between steps
     tool: fs.write
     params: {path: out/copy.txt, content: "${{ steps.read.output.content }}"}
@@ -92,7 +93,11 @@ outputs:
     assert result["steps"]["read"]["status"] == "succeeded"
     assert result["steps"]["fail_on_it"]["status"] == "failed"
     assert "[REDACTED]" in result["outputs"]["content"]
-    assert_no_canary(done.stdout, done.stderr, log)
+    assert result["steps"]["fail_on_it"]["attempts"] == 2
+    # the run journal beside the recipe (the database and its write-ahead log)
+    journal = [p.read_bytes().decode("latin-1") for p in (tmp_path / ".planloom").iterdir()]
+    assert any("fail_on_it" in text for text in journal)
+    assert_no_canary(done.stdout, done.stderr, log, *journal)
     # the run's own data was not altered: the copy holds the real content
     assert CANARY in (jail / "out" / "copy.txt").read_text()
 

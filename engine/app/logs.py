@@ -33,7 +33,7 @@ def subscribe_logs(events: EventBus, *, verbose: bool, log_stream: TextIO | None
                 structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
             ],
         )
-        events.subscribe(structlog_subscriber(logger))
+        events.subscribe(structlog_subscriber(logger), sink=True)  # written out: redacted
     if log_stream is not None:
         logger = structlog.wrap_logger(
             structlog.WriteLogger(log_stream),
@@ -42,7 +42,7 @@ def subscribe_logs(events: EventBus, *, verbose: bool, log_stream: TextIO | None
                 structlog.processors.JSONRenderer(default=repr),
             ],
         )
-        events.subscribe(structlog_subscriber(logger))
+        events.subscribe(structlog_subscriber(logger), sink=True)  # written out: redacted
 
 
 def _terminal_safe(logger: Any, method: str, event: MutableMapping[str, Any]) -> dict[str, Any]:
