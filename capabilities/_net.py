@@ -20,9 +20,14 @@ import ipaddress
 import re
 import socket
 from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING
 
-import httpx2
 import idna
+
+if TYPE_CHECKING:
+    # Imported in `parse_url`: the grant models import this module whenever the registry
+    # is built (`planloom validate` too), and httpx2 is needed only to parse a URL.
+    import httpx2
 
 __all__ = [
     "IPAddress",
@@ -218,6 +223,8 @@ def parse_url(text: str) -> httpx2.URL:
     Raises:
         ValueError: unparseable, or a backslash in the authority.
     """
+    import httpx2  # not at the top: see there
+
     match = _AUTHORITY.match(text.strip())
     if match is not None and "\\" in match.group(0):
         raise ValueError("a backslash in the host part is read differently by other parsers")

@@ -37,12 +37,8 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-import httpx2
-
-from capabilities._http_checks import check_hop, deny, parse, redirect_target, same_origin
 from capabilities._http_models import HttpGrant, RequestParams, RequestResult
 from capabilities._http_models import Method as Method
-from capabilities._http_wire import read_result, send, ssl_context
 from capabilities._net import Resolver, system_resolver
 from engine.capability import Action, CallContext, Family, Registry
 from engine.errors import StepTimeout
@@ -131,6 +127,19 @@ class _Requester:
     async def _exchange(
         self, params: RequestParams, grant: HttpGrant, base_dir: Path, limit: float
     ) -> RequestResult:
+        # Imported here, not at the top: the registry loads this family for every command
+        # (`planloom validate` too), and httpx2 and the wire code matter only for a request.
+        import httpx2
+
+        from capabilities._http_checks import (
+            check_hop,
+            deny,
+            parse,
+            redirect_target,
+            same_origin,
+        )
+        from capabilities._http_wire import read_result, send, ssl_context
+
         url = parse(params.url)
         # Checked before anything else, so denials are cheap.
         hop = await check_hop(url, grant, self.resolver)

@@ -7,14 +7,17 @@ effects.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 from pydantic import BaseModel, ConfigDict, Field
 
 from engine.capability import Action, CallContext, EmptyGrant, Family, Registry
 from engine.errors import StepFailed
-from engine.llm import LLMClient
+
+if TYPE_CHECKING:
+    # Imported where used: the registry loads this family for every command (`validate`
+    # too), which needs the models below, not the model client or jsonschema.
+    from engine.llm import LLMClient
 
 __all__ = ["CompleteParams", "CompleteResult", "ExtractParams", "ExtractResult", "register"]
 
@@ -51,6 +54,8 @@ class ExtractResult(BaseModel):
 
 
 def _client(ctx: CallContext) -> LLMClient:
+    from engine.llm import LLMClient  # not at the top: see there
+
     if not isinstance(ctx.llm, LLMClient):
         raise StepFailed("no model is configured for this run: pass --model / --base-url")
     return ctx.llm
@@ -67,6 +72,8 @@ async def _complete(params: CompleteParams, ctx: CallContext) -> CompleteResult:
 
 
 async def _extract(params: ExtractParams, ctx: CallContext) -> ExtractResult:
+    import jsonschema  # not at the top: see there
+
     try:
         jsonschema.Draft202012Validator.check_schema(params.json_schema)
     except jsonschema.SchemaError as exc:

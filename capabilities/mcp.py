@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
-from capabilities._mcp_http import MissingVariable
 from capabilities._mcp_models import (
     FAMILY,
     MAX_NESTING,
@@ -38,7 +37,6 @@ from capabilities._mcp_models import (
     StdioServer,
     nesting,
 )
-from capabilities._mcp_schema import SchemaParams, params_model
 from capabilities.shell import confinement_report
 from engine._sanitize import cap, neutralize
 from engine.agent import tool_name_for
@@ -47,6 +45,7 @@ from engine.discovery import Bound, Discovery, DiscoveryFailed, Listing
 from engine.errors import ConfigurationError, StepFailed
 
 if TYPE_CHECKING:
+    from capabilities._mcp_schema import SchemaParams
     from capabilities._mcp_servers import Servers
 
 __all__ = ["HttpServer", "McpGrant", "McpResult", "StdioServer", "register"]
@@ -89,6 +88,9 @@ def _scope(grant: BaseModel, base_dir: Path) -> Servers:
 
 async def _listing(grant: BaseModel, base_dir: Path) -> Listing:
     """Every granted server's tools, listed at once; each server that fails is a problem."""
+    # Imported here, not at the top: the registry loads this family for every command, and
+    # httpx2 (under _mcp_http) is needed only once a recipe's servers are asked.
+    from capabilities._mcp_http import MissingVariable
     from capabilities._mcp_servers import list_tools
 
     servers = _grant(grant).servers
@@ -201,6 +203,9 @@ def _add_tool(
     if tool.get("unusable"):
         withheld[name] = f"'{name}' cannot be used: {tool['unusable']}"
         return
+    # Imported here, not at the top: jsonschema is needed only for a server's tools.
+    from capabilities._mcp_schema import params_model
+
     try:
         model = params_model(name, dict(tool.get("input_schema") or {"type": "object"}))
     except ValueError as exc:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -28,7 +28,7 @@ class AgentSteps:
         registry: where tool descriptions and schemas come from.
         sandbox: every tool call an agent makes passes it, like a step's own.
         granted: the families the plan grants (a fallback's agent may use their tools).
-        primaries: each step's own action, told to a fallback's agent with the failure.
+        primary: a running step's own action, told to its fallback's agent with the failure.
         transcripts: each step's agent tool calls, in order.
     """
 
@@ -36,7 +36,7 @@ class AgentSteps:
     registry: Registry
     sandbox: Sandbox
     granted: Iterable[str]
-    primaries: dict[str, CompiledAction]
+    primary: Callable[[str], CompiledAction]
     transcripts: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
     async def run(
@@ -112,7 +112,7 @@ class AgentSteps:
 
     def _failure_context(self, step: Step, context: dict[str, Any], failure: str | None) -> str:
         try:
-            params = json.dumps(self.primaries[step.id].params.render(context), default=repr)
+            params = json.dumps(self.primary(step.id).params.render(context), default=repr)
         except StepError:
             params = "(could not be rendered)"
         return (

@@ -15,7 +15,7 @@ from engine.templating import Template, ValueTemplate, compile_value, find_templ
 __all__ = ["CompiledAction", "CompiledStep", "retry_wait", "retryable"]
 
 
-@dataclass
+@dataclass(slots=True)
 class CompiledAction:
     """A compiled primary or fallback action: a tool call, or a task for the agent runner
     (an `agent` spec, or the instructions of a natural-language fallback)."""
@@ -42,7 +42,12 @@ class CompiledAction:
 def _data_paths(raw: Any) -> frozenset[tuple[str | int, ...]]:
     """Paths of the raw params whose text begins with a template: what a call finds there
     is data (a file name, a step's output), not text the recipe's author wrote."""
-    return frozenset(path for path, text in find_templates(raw) if text.lstrip().startswith("${"))
+    found = frozenset(path for path, text in find_templates(raw) if text.lstrip().startswith("${"))
+    # Steps of one shape have the same paths: one set for all of them, not one per step.
+    return _PATHS.setdefault(found, found) if len(_PATHS) < 4096 else found
+
+
+_PATHS: dict[frozenset[tuple[str | int, ...]], frozenset[tuple[str | int, ...]]] = {}
 
 
 def _agent_action(spec: AgentSpec, timeout: float | None) -> CompiledAction:

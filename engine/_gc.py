@@ -8,6 +8,10 @@ While a run lasts, what existed before it (imported modules, the plan, compiled 
 is frozen out of the collector, which then scans only what the run creates. `gc.freeze()`
 is process-wide: `heap_frozen` is the one place that freezes and unfreezes, so an inner
 freeze (a run inside the CLI) cannot undo an outer one.
+
+A process that ends with the block (the `planloom` command) leaves the heap frozen: the
+interpreter's collections at exit then skip every module, class and model it imported
+(unfrozen, they cost `planloom validate` 70 to 90 ms, a fifth of its time).
 """
 
 from __future__ import annotations
@@ -34,11 +38,18 @@ def collector_paused() -> Iterator[None]:
 
 
 @contextmanager
-def heap_frozen() -> Iterator[None]:
+def heap_frozen(*, until_exit: bool = False) -> Iterator[None]:
     """Freeze every object that exists now out of the cyclic collector for the block.
 
     Nested blocks freeze again (what was created since is frozen too); only the outermost
     one unfreezes, at its end, so nothing is kept alive past it.
+
+    Args:
+        until_exit: the process ends when this block does. The outermost block then leaves
+            what it froze frozen, so the interpreter's collections at exit do not rescan
+            it; what was created since (and not frozen by a nested block) is still
+            collected, and its finalizers run, as usual. Only for a process's last block:
+            cyclic garbage among frozen objects is never freed.
     """
     global _frozen_depth
     gc.freeze()
@@ -47,5 +58,5 @@ def heap_frozen() -> Iterator[None]:
         yield
     finally:
         _frozen_depth -= 1
-        if _frozen_depth == 0:
+        if _frozen_depth == 0 and not until_exit:
             gc.unfreeze()

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import jinja2
-import networkx as nx
 
 from engine.model import FallbackAction, Plan, Step
 from engine.templating import Template, find_templates
 
+if TYPE_CHECKING:  # networkx costs ~0.1 s to import: validation does without it
+    import networkx as nx
+
 __all__ = [
     "build_graph",
+    "is_acyclic",
     "plan_graph",
     "step_dependencies",
     "step_templates",
@@ -30,9 +33,11 @@ def step_templates(step: Step) -> list[tuple[tuple[str | int, ...], str]]:
 
 
 def _cache(step: Step) -> dict[str, Any]:
-    # The private dict directly: pydantic's __getattr__ for private attributes is slow.
+    """What is derived from `step`, made on first use (see `Step`)."""
     cache = step.__pydantic_private__
-    assert cache is not None, "Step declares private attributes"
+    if cache is None:
+        cache = {}
+        object.__setattr__(step, "__pydantic_private__", cache)
     return cache
 
 
@@ -77,12 +82,39 @@ def step_dependencies(step: Step) -> list[str]:
     return known
 
 
+def is_acyclic(steps: list[Step]) -> bool:
+    """Whether the dependencies among `steps` have no cycle (Kahn's algorithm).
+
+    Validation asks this of every plan, so it needs no graph library; only a plan with a
+    cycle builds the graph, to name its cycles.
+    """
+    ids = {step.id for step in steps}
+    waiting: dict[str, int] = {}
+    dependents: dict[str, list[str]] = {}
+    for step in steps:
+        deps = [dep for dep in step_dependencies(step) if dep in ids]
+        waiting[step.id] = len(deps)
+        for dep in deps:
+            dependents.setdefault(dep, []).append(step.id)
+    ready = [step_id for step_id, count in waiting.items() if count == 0]
+    done = 0
+    while ready:
+        done += 1
+        for dependent in dependents.get(ready.pop(), ()):
+            waiting[dependent] -= 1
+            if waiting[dependent] == 0:
+                ready.append(dependent)
+    return done == len(waiting)
+
+
 def build_graph(steps: list[Step]) -> nx.DiGraph[str]:
     """A graph with an edge dependency → dependent for every dependency among `steps`.
 
     References to steps outside `steps` (e.g. a `finally` step reading a main step) are
     left out: those steps have ended before these start.
     """
+    import networkx as nx  # the scheduler's and the cycle report's, not validation's
+
     graph: nx.DiGraph[str] = nx.DiGraph()
     ids = {step.id for step in steps}
     graph.add_nodes_from([step.id for step in steps])

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-import networkx as nx
-
-from engine._graph import build_graph
+from engine._graph import build_graph, is_acyclic
 from engine._validation_report import Report
 from engine.diagnostics import NodePath, did_you_mean
 from engine.model import Step
@@ -60,11 +58,13 @@ def unknown_step(
 
 def check_cycles(
     report: Report, steps: list[tuple[NodePath, Step]], ids: dict[str, NodePath]
-) -> nx.DiGraph[str]:
-    """The dependency graph of `steps`, reporting up to ten of its cycles."""
+) -> None:
+    """Report up to ten cycles among the dependencies of `steps`."""
+    if is_acyclic([s for _, s in steps]):
+        return
+    import networkx as nx  # only to name the cycles
+
     graph = build_graph([s for _, s in steps])
-    if nx.is_directed_acyclic_graph(graph):
-        return graph
     for cycle in itertools.islice(nx.simple_cycles(graph), 10):
         start = min(cycle, key=lambda sid: report.source.locate(ids[sid]))
         order = cycle[cycle.index(start) :] + cycle[: cycle.index(start)]
@@ -75,4 +75,3 @@ def check_cycles(
             f"dependency cycle: {ring}",
             "remove one of these dependencies (a 'steps.X' reference or a 'depends_on' entry)",
         )
-    return graph

@@ -50,25 +50,42 @@ def without_unknown_keys(report: Report, data: dict[str, Any]) -> dict[str, Any]
 
 
 def _step_keys(report: Report, raw: dict[str, Any], base: NodePath) -> dict[str, Any]:
-    raw = _keys(report, raw, base, Step)
+    kept = _keys(report, raw, base, Step)
     for sub, model in (("retry", RetryPolicy), ("agent", AgentSpec)):
-        if isinstance(raw.get(sub), dict):
-            raw[sub] = _keys(report, raw[sub], (*base, sub), model)
-    fallback = raw.get("fallback")
+        value = kept.get(sub)
+        if isinstance(value, dict):
+            kept = _replaced(raw, kept, sub, _keys(report, value, (*base, sub), model))
+    fallback = kept.get("fallback")
     if isinstance(fallback, dict):
-        fallback = _keys(report, fallback, (*base, "fallback"), FallbackAction)
-        if isinstance(fallback.get("agent"), dict):
-            fallback["agent"] = _keys(
-                report, fallback["agent"], (*base, "fallback", "agent"), AgentSpec
+        path = (*base, "fallback")
+        cleaned = _keys(report, fallback, path, FallbackAction)
+        agent = cleaned.get("agent")
+        if isinstance(agent, dict):
+            cleaned = _replaced(
+                fallback, cleaned, "agent", _keys(report, agent, (*path, "agent"), AgentSpec)
             )
-        raw["fallback"] = fallback
-    return raw
+        kept = _replaced(raw, kept, "fallback", cleaned)
+    return kept
+
+
+def _replaced(raw: dict[str, Any], kept: dict[str, Any], key: str, value: Any) -> dict[str, Any]:
+    """`kept` with `key` set to `value`, never changing `raw` (the caller's data)."""
+    if value is kept[key]:
+        return kept
+    if kept is raw:
+        kept = dict(raw)
+    kept[key] = value
+    return kept
 
 
 def _keys(
     report: Report, mapping: dict[str, Any], path: NodePath, model: type[BaseModel]
 ) -> dict[str, Any]:
+    """`mapping` without the keys `model` does not know (itself when it has none), each
+    one reported."""
     allowed = _allowed_keys(model)
+    if all(key in allowed for key in mapping):  # the usual case: the mapping itself
+        return mapping
     kept = {}
     for key, value in mapping.items():
         if key in allowed:
@@ -85,5 +102,6 @@ def _keys(
 
 
 @functools.cache
-def _allowed_keys(model: type[BaseModel]) -> list[str]:
-    return [f.alias or name for name, f in model.model_fields.items()]
+def _allowed_keys(model: type[BaseModel]) -> dict[str, None]:
+    """The keys `model` takes, in order (a dict: ordered, and quick to look a key up in)."""
+    return dict.fromkeys(f.alias or name for name, f in model.model_fields.items())

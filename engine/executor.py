@@ -21,7 +21,7 @@ from pydantic import BaseModel
 
 from engine._agent_steps import AgentSteps
 from engine._attempts import Attempts, Sleep, Tally
-from engine._compiled import CompiledStep
+from engine._compiled import CompiledAction, CompiledStep
 from engine._gc import collector_paused, heap_frozen
 from engine._graph import plan_graph, step_dependencies
 from engine._scheduler import Scheduler
@@ -75,6 +75,7 @@ class Executor:
             `TapeApprover` wraps the approver, and the model client takes `Tape.answers`).
     """
 
+    @collector_paused()  # it builds per-step state and frees nothing cyclic: no rescans
     def __init__(
         self,
         plan: Plan,
@@ -128,10 +129,13 @@ class Executor:
             llm.on_call = self._llm_called
         self.results: dict[str, StepResult] = {s.id: StepResult() for s in plan.all_steps()}
         self.errors: list[str] = []
-        with collector_paused():  # compiling builds and frees nothing cyclic: no rescans
-            self._compiled = {s.id: CompiledStep(s) for s in plan.all_steps()}
-        primaries = {step_id: compiled.primary for step_id, compiled in self._compiled.items()}
-        self.agents = AgentSteps(agent_runner, registry, self.sandbox, plan.capabilities, primaries)
+        # Compiled when a step starts and dropped when it ends: a plan of 100,000 steps
+        # never holds 100,000 compiled steps at once.
+        self._steps = {s.id: s for s in plan.all_steps()}
+        self._compiled: dict[str, CompiledStep] = {}
+        self.agents = AgentSteps(
+            agent_runner, registry, self.sandbox, plan.capabilities, self._primary
+        )
         self.attempts = Attempts(
             self.events, self.sandbox, self.agents, self.secrets, sleep, plan.limits.max_parallel
         )
@@ -279,8 +283,12 @@ class Executor:
 
     # -- one step ------------------------------------------------------------------------
 
+    def _primary(self, step_id: str) -> CompiledAction:
+        """The running step's own action (a fallback's agent is told what failed)."""
+        return self._compiled[step_id].primary
+
     async def _run_step(self, step_id: str) -> StepResult:
-        compiled = self._compiled[step_id]
+        compiled = self._compiled[step_id] = CompiledStep(self._steps[step_id])
         step = compiled.step
         enter_scope(step_id)  # this step's task: what a cassette files its calls under
         self.events.emit("step.started", step_id)
@@ -401,6 +409,7 @@ class Executor:
             # Errors quote params, argv and URLs: they leave the run, so no secrets in them.
             result.error = self.secrets.redact(result.error)
         self.results[step_id] = result
+        self._compiled.pop(step_id, None)
         self._view[step_id] = {
             "output": result.output,
             "status": result.status,

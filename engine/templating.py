@@ -20,7 +20,7 @@ import functools
 import posixpath
 import re
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import jinja2
@@ -152,16 +152,20 @@ def test_names() -> list[str]:
     return sorted(_env.tests)
 
 
-@dataclass
+@dataclass(slots=True)
 class Template:
-    """One template string, parsed once; compiled lazily on first render."""
+    """One template string, parsed once; compiled lazily on first render.
+
+    Immutable data in slots: a plan holds one per template string, so a 100,000-step plan
+    holds 100,000 of them.
+    """
 
     source: str
     expression: str | None
-    references: list[Reference] = field(default_factory=list)
-    locals: set[str] = field(default_factory=set)
-    unknown_filters: list[str] = field(default_factory=list)
-    unknown_tests: list[str] = field(default_factory=list)
+    references: tuple[Reference, ...] = ()
+    locals: frozenset[str] = frozenset()
+    unknown_filters: tuple[str, ...] = ()
+    unknown_tests: tuple[str, ...] = ()
     constants: frozenset[str] = frozenset()
     """The string literals written inside the template (`'-l'` in `${{ ['wc', '-l'] }}`)."""
     _path: tuple[str, tuple[str | int, ...]] | None = None
@@ -182,22 +186,23 @@ class Template:
         if expression is not None and _PATH.match(expression):
             root, parts = _split_path(expression)
             if root not in _NOT_NAMES:
-                return cls(source, expression, [(root, *parts)], _path=(root, parts))
+                return cls(source, expression, ((root, *parts),), _path=(root, parts))
         tree = _parse(source)
         references, local_names = _references(tree)
         constants = frozenset(
             n.value for n in tree.find_all(nodes.Const) if isinstance(n.value, str)
         )
-        template = cls(source, expression, references, local_names, constants=constants)
         # Jinja looks filter and test names up only when compiling: check them here, so
         # validation reports them instead of the run failing later.
-        template.unknown_filters = sorted(
-            {n.name for n in tree.find_all(nodes.Filter) if n.name not in _env.filters}
+        return cls(
+            source,
+            expression,
+            tuple(references),
+            frozenset(local_names),
+            tuple(sorted({n.name for n in tree.find_all(nodes.Filter)} - set(_env.filters))),
+            tuple(sorted({n.name for n in tree.find_all(nodes.Test)} - set(_env.tests))),
+            constants,
         )
-        template.unknown_tests = sorted(
-            {n.name for n in tree.find_all(nodes.Test) if n.name not in _env.tests}
-        )
-        return template
 
     def render(self, context: Mapping[str, Any]) -> Any:
         """Evaluate against `context`.
@@ -257,6 +262,7 @@ def _parse(source: str) -> nodes.Template:
 
 
 _MISS = object()
+_NONE: frozenset[str] = frozenset()
 
 
 def _walk(context: Mapping[str, Any], root: str, parts: tuple[str | int, ...]) -> Any:
@@ -353,7 +359,8 @@ class ValueTemplate:
     @property
     def constants(self) -> frozenset[str]:
         """The string literals written inside any of its templates."""
-        return frozenset().union(*(t.constants for t in self.templates))
+        found = [t.constants for t in self.templates if t.constants]
+        return _NONE if not found else frozenset().union(*found)
 
     def render(self, context: Mapping[str, Any]) -> Any:
         """The value with every template evaluated (the value itself when it has none).

@@ -11,7 +11,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import networkx as nx
 from pydantic import BaseModel, ValidationError
 
 from engine._gc import collector_paused
@@ -71,7 +70,6 @@ def _unique(problems: list[Diagnostic]) -> list[Diagnostic]:
 class _Checker:
     def __init__(self, source: SourceMap, registry: Registry, base_dir: Path) -> None:
         self.raw_ids: dict[str, set[str]] = {}
-        self.graphs: dict[str, nx.DiGraph[str]] = {}
         self.registry = registry
         self.base_dir = base_dir
         self.report = Report(source)
@@ -121,9 +119,7 @@ class _Checker:
             return None
         main = [s for p, s in steps if p[0] == "steps"]
         final = [s for p, s in steps if p[0] == "finally"]
-        plan = top.model_copy(update={"steps": main, "finally_": final})
-        plan._graphs.update(self.graphs)  # built for the cycle check: the executor reuses them
-        return plan
+        return top.model_copy(update={"steps": main, "finally_": final})
 
     def _model(self, model: type[BaseModel], raw: Any, path: NodePath) -> BaseModel | None:
         try:
@@ -179,7 +175,7 @@ class _Checker:
             check_step_templates(report, path, step, plan, visible, later)
         for section in SECTIONS:
             section_steps = [(p, s) for p, s in steps if p[0] == section]
-            self.graphs[section] = check_cycles(report, section_steps, ids)
+            check_cycles(report, section_steps, ids)
         check_outputs(report, plan, main_ids | final_ids)
 
     def _family_limits(self, plan: Plan) -> None:

@@ -247,20 +247,20 @@ def test_the_sandbox_refuses_internals_and_mutation(source: str) -> None:
     ],
 )
 def test_references(source: str, references: list[tuple[str | int, ...]]) -> None:
-    assert Template.parse(source).references == references
+    assert Template.parse(source).references == tuple(references)
 
 
 def test_loop_locals_are_remembered_and_excluded() -> None:
     template = Template.parse("${% for x in inputs.l %}${{ x.a }}${{ loop.index }}${% endfor %}")
     assert template.locals == {"x"}
-    assert template.references == [("inputs", "l")]
+    assert template.references == (("inputs", "l"),)
 
 
 @pytest.mark.parametrize("literal", ["true", "none", "False"])
 def test_literals_are_not_references(literal: str) -> None:
     """`${{ true }}` is a constant: the fast path must not read it as a variable name."""
-    assert Template.parse(f"${{{{ ({literal}) }}}}").references == []
-    assert Template.parse(f"${{{{ {literal} }}}}").references == []
+    assert Template.parse(f"${{{{ ({literal}) }}}}").references == ()
+    assert Template.parse(f"${{{{ {literal} }}}}").references == ()
 
 
 @pytest.mark.parametrize("literal", ["true", "none", "False"])

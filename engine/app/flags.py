@@ -1,12 +1,15 @@
-"""Flags shared by the commands that run a session (`run`, `plan`, `replay`)."""
+"""Flags shared by the commands that run a session (`run`, `plan`, `resume`) or read the
+run store (`runs`, `show`, `report`)."""
 
 from __future__ import annotations
 
 import argparse
 
-from engine.cassette import RECORD_MODES
+__all__ = ["RECORD_MODES", "cassette_flags", "model_flags", "run_flags", "store_flag"]
 
-__all__ = ["cassette_flags", "model_flags", "run_flags", "store_flag"]
+# As engine.cassette.RECORD_MODES (tests/test_cli_startup.py checks they agree); not
+# imported, because `--help` must not import the engine (pydantic and the rest).
+RECORD_MODES = ("none", "once", "new_episodes", "all")
 
 
 def run_flags(parser: argparse.ArgumentParser, *, yes: str, no: str) -> None:

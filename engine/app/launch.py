@@ -17,7 +17,8 @@ from typing import Any
 from engine._sanitize import neutralize
 from engine._sqlite_store import open_store, process_start
 from engine.app.logs import open_log
-from engine.app.output import EXIT_INTERRUPTED, print_json, print_result
+from engine.app.outcome import print_result
+from engine.app.output import EXIT_INTERRUPTED, print_json
 from engine.app.terminal import TerminalFrontend
 from engine.capability import Registry
 from engine.cassette import RecordMode

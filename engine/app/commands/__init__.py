@@ -1,32 +1,28 @@
-"""One module per `planloom` command: each adds its parser (`add`) and runs it (`main`)."""
+"""One module per `planloom` command, each with `main(args, registry) -> int`.
+
+A command's module is imported only when that command runs (`command_main`): its imports
+(pydantic models, the executor, rich...) are paid by it alone. Its flags are declared in
+`engine.app.parser`, so `--help` imports none of them.
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING
 
-from engine.app.commands import (
-    graph,
-    plan,
-    replay,
-    report,
-    resume,
-    run,
-    runs,
-    schema,
-    show,
-    tools,
-    validate,
-)
-from engine.capability import Registry
+if TYPE_CHECKING:
+    from engine.capability import Registry
 
-__all__ = ["COMMANDS", "Command"]
+__all__ = ["Main", "command_main"]
 
-Command = tuple[Callable[[Any], None], Callable[[argparse.Namespace, Registry], int]]
+Main = Callable[[argparse.Namespace, "Registry"], int]
+"""A command: its parsed command line and the registry in; its exit code out."""
 
-COMMANDS: dict[str, Command] = {
-    module.NAME: (module.add, module.main)
-    for module in (run, plan, resume, replay, runs, show, report, validate, graph, schema, tools)
-}
-"""By name, in the order `planloom --help` lists them."""
+
+def command_main(name: str) -> Main:
+    """The `main` of the command `name` (one of `engine.app.parser.COMMANDS`), imported now."""
+    module = importlib.import_module(f"{__name__}.{name}")
+    main: Main = module.main
+    return main

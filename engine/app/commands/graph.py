@@ -4,19 +4,11 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
-from engine.app.output import EXIT_OK, load
+from engine.app.loading import load
+from engine.app.output import EXIT_OK
 from engine.capability import Registry
 from engine.render import render_graph
-
-NAME = "graph"
-
-
-def add(sub: Any) -> None:
-    graph = sub.add_parser("graph", help="draw a recipe's dependency graph")
-    graph.add_argument("recipe")
-    graph.add_argument("--format", choices=["mermaid", "dot", "ascii"], default="ascii")
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

@@ -11,27 +11,12 @@ from pydantic import ValidationError
 
 from engine._problems import validation_problems
 from engine._yaml import read_recipe
-from engine.app.flags import run_flags
 from engine.app.launch import RunSettings, launch
 from engine.app.output import EXIT_INVALID, invalid, print_json
 from engine.capability import Registry
 from engine.diagnostics import render_diagnostics
 from engine.errors import ConfigurationError, PlanValidationError
 from engine.model import Limits, LLMSettings
-
-NAME = "plan"
-
-
-def add(sub: Any) -> None:
-    plan = sub.add_parser("plan", help="plan a goal with the model, show it, approve, run")
-    plan.add_argument("goal")
-    plan.add_argument(
-        "--capabilities",
-        metavar="FILE",
-        help="YAML with a 'capabilities:' block (and limits), as in recipes",
-    )
-    plan.add_argument("-o", "--output", metavar="RECIPE", help="save the plan as a recipe")
-    run_flags(plan, yes="approve the plan and every gate", no="reject the plan")
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

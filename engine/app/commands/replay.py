@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from engine.app.launch import RunSettings, launch, recorded_registry
 from engine.app.output import EXIT_INVALID, invalid, print_json
@@ -14,25 +13,6 @@ from engine.cassette import Cassette
 from engine.diagnostics import render_diagnostics
 from engine.errors import PlanValidationError
 from planners.replay import plan_from_cassette
-
-NAME = "replay"
-
-
-def add(sub: Any) -> None:
-    replay = sub.add_parser(
-        "replay",
-        help="replay a cassette offline: its plan (or goal), model answers, tool results and "
-        "decisions",
-    )
-    replay.add_argument("cassette")
-    replay.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
-    replay.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
-    replay.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
-    replay.add_argument(
-        "--live-tools",
-        action="store_true",
-        help="run read-only tools for real instead of serving their recorded results",
-    )
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

@@ -5,29 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
-from engine.app.flags import store_flag
 from engine.app.output import EXIT_INVALID, EXIT_OK
 from engine.app.stored import read_run
 from engine.capability import Registry
 from engine.report import render_report
-
-NAME = "report"
-
-
-def add(sub: Any) -> None:
-    report = sub.add_parser(
-        "report", help="write a run's report (graph, timeline, errors...) as one HTML file"
-    )
-    report.add_argument("run_id", metavar="RUN_ID", help="the run (`planloom runs` lists them)")
-    report.add_argument(
-        "-o",
-        "--output",
-        metavar="FILE.html",
-        help="where to write it (default: report-RUN_ID.html in this folder)",
-    )
-    store_flag(report)
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

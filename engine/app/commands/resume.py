@@ -19,9 +19,9 @@ from engine._secrets import Secrets
 from engine._secrets_text import REDACTED
 from engine._sqlite_store import SqliteStore, process_start
 from engine._yaml import parse_recipe_text
-from engine.app.flags import run_flags
 from engine.app.launch import Resume, RunSettings, launch
-from engine.app.output import EXIT_INVALID, load
+from engine.app.loading import load
+from engine.app.output import EXIT_INVALID
 from engine.app.stored import find_run, open_for_reading, shown_status
 from engine.capability import Registry
 from engine.cassette import json_data
@@ -32,18 +32,6 @@ from engine.model import Plan
 from engine.store import RunRecord
 from engine.validation import validate_plan
 from planners.llm import model_written, plan_to_yaml
-
-NAME = "resume"
-
-
-def add(sub: Any) -> None:
-    resume = sub.add_parser(
-        "resume",
-        help="continue an interrupted, crashed or failed run: what finished is kept, the "
-        "rest runs (a call that may already have happened is asked about)",
-    )
-    resume.add_argument("run_id", metavar="RUN_ID")
-    run_flags(resume, yes="approve every confirmation gate", no="deny every confirmation gate")
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

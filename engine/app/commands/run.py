@@ -4,20 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from engine.app.flags import run_flags
 from engine.app.launch import RunSettings, launch, recorded_registry
-from engine.app.output import load
+from engine.app.loading import load
 from engine.capability import Registry
-
-NAME = "run"
-
-
-def add(sub: Any) -> None:
-    run = sub.add_parser("run", help="validate and run a recipe")
-    run.add_argument("recipe")
-    run_flags(run, yes="approve every confirmation gate", no="deny every confirmation gate")
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

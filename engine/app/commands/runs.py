@@ -9,19 +9,9 @@ from typing import Any
 
 from engine._journal_resume import resumed_from
 from engine._sanitize import neutralize
-from engine.app.flags import store_flag
 from engine.app.output import EXIT_INVALID, EXIT_OK, print_json
 from engine.app.stored import INTERRUPTED, open_for_reading, shown_status
 from engine.capability import Registry
-
-NAME = "runs"
-
-
-def add(sub: Any) -> None:
-    runs = sub.add_parser("runs", help="list stored runs (to show, report or resume them)")
-    runs.add_argument("--json", action="store_true", help="as JSON on stdout")
-    runs.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (50)")
-    store_flag(runs)
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

@@ -3,17 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from engine.app.output import EXIT_OK, print_json
 from engine.capability import Registry
 from engine.model import plan_json_schema
-
-NAME = "schema"
-
-
-def add(sub: Any) -> None:
-    sub.add_parser("schema", help="print the recipe JSON Schema")
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

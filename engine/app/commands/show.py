@@ -4,23 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
 
 from engine._sanitize import neutralize
 from engine.app.console import print_summary
-from engine.app.flags import store_flag
 from engine.app.output import EXIT_INVALID, EXIT_OK, print_json
 from engine.app.stored import INTERRUPTED, read_run, result_of
 from engine.capability import Registry
-
-NAME = "show"
-
-
-def add(sub: Any) -> None:
-    show = sub.add_parser("show", help="a stored run's summary, as at its end")
-    show.add_argument("run_id", metavar="RUN_ID")
-    show.add_argument("--json", action="store_true", help="as JSON on stdout (as run --json)")
-    store_flag(show)
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

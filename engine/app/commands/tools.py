@@ -9,21 +9,9 @@ from typing import Any
 
 from engine._sanitize import neutralize
 from engine._secrets import Secrets
-from engine.app.output import EXIT_OK, load, print_json
+from engine.app.loading import load
+from engine.app.output import EXIT_OK, print_json
 from engine.capability import Registry
-
-NAME = "tools"
-
-
-def add(sub: Any) -> None:
-    tools = sub.add_parser("tools", help="list the actions steps can use")
-    tools.add_argument(
-        "recipe",
-        nargs="?",
-        help="also list the tools of the MCP servers this recipe grants (they are started "
-        "and asked)",
-    )
-    tools.add_argument("--json", action="store_true", help="as JSON, with params schemas")
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

@@ -3,18 +3,10 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
-from engine.app.output import EXIT_OK, load, print_json
+from engine.app.loading import load
+from engine.app.output import EXIT_OK, print_json
 from engine.capability import Registry
-
-NAME = "validate"
-
-
-def add(sub: Any) -> None:
-    validate = sub.add_parser("validate", help="check a recipe without running it")
-    validate.add_argument("recipe")
-    validate.add_argument("--json", action="store_true", help="problems as a JSON list")
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

@@ -1,0 +1,166 @@
+"""The `planloom` command line's grammar: every command's name, help and flags.
+
+Only `argparse` is imported here, so `planloom --help` (and each command's `--help`, and a
+usage error) print and exit without importing the engine; a command's module
+(`engine.app.commands.<name>`) is imported only when that command runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from typing import TYPE_CHECKING, NoReturn
+
+from engine.app.flags import run_flags, store_flag
+from engine.app.output import EXIT_INVALID
+
+__all__ = ["COMMANDS", "build_parser"]
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> NoReturn:
+        self.print_usage(sys.stderr)
+        sys.stderr.write(f"planloom: error: {message}\n")
+        raise SystemExit(EXIT_INVALID)
+
+
+if TYPE_CHECKING:
+    Subparsers = argparse._SubParsersAction[_Parser]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of the whole command line: `-p/--plugin`, then one command of `COMMANDS`."""
+    parser = _Parser(
+        prog="planloom",
+        description="The `planloom` command.",
+    )
+    parser.add_argument(
+        "-p",
+        "--plugin",
+        action="append",
+        default=[],
+        metavar="MODULE",
+        help="import MODULE and call its register(registry) to add capabilities (repeatable)",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    for add in COMMANDS.values():
+        add(sub)
+    return parser
+
+
+def _run(sub: Subparsers) -> None:
+    run = sub.add_parser("run", help="validate and run a recipe")
+    run.add_argument("recipe")
+    run_flags(run, yes="approve every confirmation gate", no="deny every confirmation gate")
+
+
+def _plan(sub: Subparsers) -> None:
+    plan = sub.add_parser("plan", help="plan a goal with the model, show it, approve, run")
+    plan.add_argument("goal")
+    plan.add_argument(
+        "--capabilities",
+        metavar="FILE",
+        help="YAML with a 'capabilities:' block (and limits), as in recipes",
+    )
+    plan.add_argument("-o", "--output", metavar="RECIPE", help="save the plan as a recipe")
+    run_flags(plan, yes="approve the plan and every gate", no="reject the plan")
+
+
+def _resume(sub: Subparsers) -> None:
+    resume = sub.add_parser(
+        "resume",
+        help="continue an interrupted, crashed or failed run: what finished is kept, the "
+        "rest runs (a call that may already have happened is asked about)",
+    )
+    resume.add_argument("run_id", metavar="RUN_ID")
+    run_flags(resume, yes="approve every confirmation gate", no="deny every confirmation gate")
+
+
+def _replay(sub: Subparsers) -> None:
+    replay = sub.add_parser(
+        "replay",
+        help="replay a cassette offline: its plan (or goal), model answers, tool results and "
+        "decisions",
+    )
+    replay.add_argument("cassette")
+    replay.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
+    replay.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
+    replay.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
+    replay.add_argument(
+        "--live-tools",
+        action="store_true",
+        help="run read-only tools for real instead of serving their recorded results",
+    )
+
+
+def _runs(sub: Subparsers) -> None:
+    runs = sub.add_parser("runs", help="list stored runs (to show, report or resume them)")
+    runs.add_argument("--json", action="store_true", help="as JSON on stdout")
+    runs.add_argument("--limit", type=int, default=50, metavar="N", help="at most N (50)")
+    store_flag(runs)
+
+
+def _show(sub: Subparsers) -> None:
+    show = sub.add_parser("show", help="a stored run's summary, as at its end")
+    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("--json", action="store_true", help="as JSON on stdout (as run --json)")
+    store_flag(show)
+
+
+def _report(sub: Subparsers) -> None:
+    report = sub.add_parser(
+        "report", help="write a run's report (graph, timeline, errors...) as one HTML file"
+    )
+    report.add_argument("run_id", metavar="RUN_ID", help="the run (`planloom runs` lists them)")
+    report.add_argument(
+        "-o",
+        "--output",
+        metavar="FILE.html",
+        help="where to write it (default: report-RUN_ID.html in this folder)",
+    )
+    store_flag(report)
+
+
+def _validate(sub: Subparsers) -> None:
+    validate = sub.add_parser("validate", help="check a recipe without running it")
+    validate.add_argument("recipe")
+    validate.add_argument("--json", action="store_true", help="problems as a JSON list")
+
+
+def _graph(sub: Subparsers) -> None:
+    graph = sub.add_parser("graph", help="draw a recipe's dependency graph")
+    graph.add_argument("recipe")
+    graph.add_argument("--format", choices=["mermaid", "dot", "ascii"], default="ascii")
+
+
+def _schema(sub: Subparsers) -> None:
+    sub.add_parser("schema", help="print the recipe JSON Schema")
+
+
+def _tools(sub: Subparsers) -> None:
+    tools = sub.add_parser("tools", help="list the actions steps can use")
+    tools.add_argument(
+        "recipe",
+        nargs="?",
+        help="also list the tools of the MCP servers this recipe grants (they are started "
+        "and asked)",
+    )
+    tools.add_argument("--json", action="store_true", help="as JSON, with params schemas")
+
+
+COMMANDS: dict[str, Callable[[Subparsers], None]] = {
+    "run": _run,
+    "plan": _plan,
+    "resume": _resume,
+    "replay": _replay,
+    "runs": _runs,
+    "show": _show,
+    "report": _report,
+    "validate": _validate,
+    "graph": _graph,
+    "schema": _schema,
+    "tools": _tools,
+}
+"""Each command's parser, by name, in the order `planloom --help` lists them; the command
+itself is `engine.app.commands.<name>.main`."""
