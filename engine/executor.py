@@ -132,6 +132,8 @@ class Executor:
         # Compiled when a step starts and dropped when it ends: a plan of 100,000 steps
         # never holds 100,000 compiled steps at once.
         self._steps = {s.id: s for s in plan.all_steps()}
+        for section in ("steps", "finally"):  # built here, with the collector paused
+            plan_graph(plan, section)
         self._compiled: dict[str, CompiledStep] = {}
         self.agents = AgentSteps(
             agent_runner, registry, self.sandbox, plan.capabilities, self._primary
