@@ -8,6 +8,7 @@ from typing import Any, Literal
 
 from tenacity import wait_exponential, wait_fixed
 
+from engine._graph import step_parsed
 from engine.errors import StepError
 from engine.model import AgentSpec, FallbackAction, RetryPolicy, Step
 from engine.templating import Template, ValueTemplate, compile_value, find_templates
@@ -61,12 +62,14 @@ class CompiledStep:
 
     def __init__(self, step: Step) -> None:
         self.step = step
+        # parsed at validation and kept with the step
+        parsed = {source: t for _, source, t in step_parsed(step) if t is not None}
         if step.agent is not None:
             self.primary = _agent_action(step.agent, step.timeout)
         else:
             assert step.tool is not None, "validation: a step has a tool or an agent"
             self.primary = CompiledAction(
-                step.tool, compile_value(step.params), step.timeout, confirm=step.confirm
+                step.tool, compile_value(step.params, parsed), step.timeout, confirm=step.confirm
             )
         self.fallback: CompiledAction | None = None
         fb = step.fallback
@@ -81,7 +84,7 @@ class CompiledStep:
                     "always" if step.confirm == "always" else "auto"
                 )
                 self.fallback = CompiledAction(
-                    fb.tool or "", compile_value(fb.params), timeout, confirm=confirm
+                    fb.tool or "", compile_value(fb.params, parsed), timeout, confirm=confirm
                 )
         elif isinstance(fb, str):
             self.fallback = CompiledAction(

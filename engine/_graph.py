@@ -18,6 +18,7 @@ __all__ = [
     "is_acyclic",
     "plan_graph",
     "step_dependencies",
+    "step_parsed",
     "step_templates",
     "template_step_refs",
 ]
@@ -30,6 +31,23 @@ def step_templates(step: Step) -> list[tuple[tuple[str | int, ...], str]]:
     if templates is None:
         templates = cache["_templates"] = list(_scan(step))
     return templates
+
+
+def step_parsed(step: Step) -> list[tuple[tuple[str | int, ...], str, Template | None]]:
+    """Every template of a step, parsed once: its path, its text, and the parsed template
+    (None when it does not parse; validation reports it). Kept with the step, so a large
+    plan does not parse each template again for the graph and the run."""
+    cache = _cache(step)
+    parsed: list[tuple[tuple[str | int, ...], str, Template | None]] | None = cache.get("_parsed")
+    if parsed is None:
+        parsed = []
+        for path, source in step_templates(step):
+            try:
+                parsed.append((path, source, Template.parse(source)))
+            except jinja2.TemplateSyntaxError:
+                parsed.append((path, source, None))
+        cache["_parsed"] = parsed
+    return parsed
 
 
 def _cache(step: Step) -> dict[str, Any]:
@@ -71,13 +89,10 @@ def step_dependencies(step: Step) -> list[str]:
     if known is not None:
         return known
     deps = dict.fromkeys(step.depends_on)
-    for _, source in step_templates(step):
-        try:
-            template = Template.parse(source)
-        except jinja2.TemplateSyntaxError:
-            continue  # validation reports it; a plan that runs has none
-        for ref in template_step_refs(template):
-            deps[ref] = None
+    for _, _, template in step_parsed(step):
+        if template is not None:  # one that does not parse: validation reports it
+            for ref in template_step_refs(template):
+                deps[ref] = None
     known = cache["_dependencies"] = list(deps)
     return known
 

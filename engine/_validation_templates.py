@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import jinja2
 
-from engine._graph import step_templates
+from engine._graph import step_parsed
 from engine._validation_graph import unknown_step
 from engine._validation_report import Report
 from engine.diagnostics import NodePath, did_you_mean
@@ -50,13 +50,13 @@ def check_step_templates(
 ) -> None:
     """Check every template of `step` against the names it may read there."""
     allowed_roots = {"inputs", "steps"}
-    for sub, source in step_templates(step):
+    for sub, source, template in step_parsed(step):
         names = set(allowed_roots)
         if step.for_each is not None and sub[0] != "for_each":
             names |= {"item", "index"}
         if path[0] == "finally":
             names.add("run")
-        _check_template(report, (*path, *sub), source, plan, names, visible, later)
+        _check_template(report, (*path, *sub), source, plan, names, visible, later, template)
 
 
 def check_outputs(report: Report, plan: Plan, visible: set[str]) -> None:
@@ -74,9 +74,10 @@ def _check_template(
     names: set[str],
     visible: set[str],
     later: set[str],
+    template: Template | None = None,
 ) -> None:
     try:
-        template = Template.parse(source)
+        template = template or Template.parse(source)
     except jinja2.TemplateSyntaxError as exc:
         report(
             path,

@@ -171,7 +171,8 @@ class Template:
     _path: tuple[str, tuple[str | int, ...]] | None = None
 
     @classmethod
-    @functools.lru_cache(maxsize=65536)  # templates are immutable once parsed
+    # Immutable once parsed; a plan keeps its own with its steps (engine._graph.step_parsed).
+    @functools.lru_cache(maxsize=8192)
     def parse(cls, source: str) -> Template:
         """Parse `source`.
 
@@ -373,8 +374,8 @@ class ValueTemplate:
             return self._render(context)
 
 
-def compile_value(value: Any) -> ValueTemplate:
-    """Prepare a value tree for rendering.
+def compile_value(value: Any, parsed: Mapping[str, Template] | None = None) -> ValueTemplate:
+    """Prepare a value tree for rendering; `parsed` holds templates parsed already.
 
     Raises:
         jinja2.TemplateSyntaxError: a template inside is malformed.
@@ -385,7 +386,8 @@ def compile_value(value: Any) -> ValueTemplate:
         if isinstance(item, str):
             if MARK not in item:
                 return None
-            template = Template.parse(item)
+            template = parsed.get(item) if parsed else None
+            template = template or Template.parse(item)
             templates.append(template)
             return template.render
         if isinstance(item, dict):
