@@ -4,7 +4,9 @@ The DAG is bench/overhead.py's (its builder, imported): layers of `--width` no-o
 (`bench.noop`, registered with `Registry.function`), each step in layer k > 0 reading one
 parent of layer k−1 through `${{ steps.X.output }}` and depending on one or two more
 through `depends_on`; `limits.max_parallel` is the width. For each of `--sizes` the bench
-times the whole pipeline, as overhead.py's engine side runs it: YAML text →
+times the whole pipeline, as overhead.py's engine side runs it, inside the
+`engine._gc.heap_frozen` block `planloom` runs every command in (`--library`: without it,
+as a program calling the API): YAML text →
 `parse_recipe_text` → `validate_plan` → `Executor(...).run()` under `asyncio.run`, with one
 `EventBus` subscriber (it counts events; keeping 600,000 of them would be the bench's
 memory, not the engine's). The floor is overhead.py's bare start-when-ready asyncio
@@ -37,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import json
 import os
@@ -62,6 +65,7 @@ from overhead import (
     recipe_text,
 )
 
+from engine._gc import heap_frozen
 from engine.capability import Registry
 from engine.events import Event, EventBus
 from engine.executor import Executor
@@ -90,9 +94,22 @@ def peak_mib() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
-def run_pipeline(box: list[str], registry: Registry) -> tuple[dict[str, float], RunResult]:
+def run_pipeline(
+    box: list[str], registry: Registry, *, library: bool = False
+) -> tuple[dict[str, float], RunResult]:
     """Parse, validate and run the recipe text in `box` (taken out of it: the pipeline owns
-    the text, as `planloom run` does once it has read the file)."""
+    the text, as `planloom run` does once it has read the file).
+
+    As `planloom` runs every command (`engine/app/main.py`), the pipeline runs inside
+    `heap_frozen`: what exists before it is out of the cyclic collector's way, and what
+    loading, validation and compiling keep is frozen as they end. `library` runs it as a
+    program calling the API does, without that block.
+    """
+    with contextlib.nullcontext() if library else heap_frozen():
+        return _pipeline(box, registry)
+
+
+def _pipeline(box: list[str], registry: Registry) -> tuple[dict[str, float], RunResult]:
     clear_template_caches()
     events = 0
 
@@ -141,10 +158,10 @@ def check_result(result: RunResult, expected: dict[str, Any]) -> str | None:
     return None
 
 
-def child_pipeline(size: int, width: int, seed: int) -> dict[str, Any]:
+def child_pipeline(size: int, width: int, seed: int, library: bool) -> dict[str, Any]:
     registry = make_registry()
     warm = layered_dag(WARM_UP_STEPS, width, seed)
-    _, result = run_pipeline([recipe_text(warm, width)], registry)
+    _, result = run_pipeline([recipe_text(warm, width)], registry, library=library)
     if problem := check_result(result, expected_outputs(warm)):
         raise SystemExit(f"warm-up: {problem}")
     del result
@@ -153,7 +170,7 @@ def child_pipeline(size: int, width: int, seed: int) -> dict[str, Any]:
     del nodes  # rebuilt for the check, after the peak is read
     gc.collect()
     before = peak_mib()
-    seconds, result = run_pipeline(box, registry)
+    seconds, result = run_pipeline(box, registry, library=library)
     peak = peak_mib()
     nodes = layered_dag(size, width, seed)
     if problem := check_result(result, expected_outputs(nodes)):
@@ -196,6 +213,7 @@ def run_child(side: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
         str(args.width),
         "--seed",
         str(args.seed),
+        *(["--library"] if args.library else []),
     ]
     try:
         done = subprocess.run(
@@ -295,6 +313,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "width": args.width,
         "max_parallel": args.width,
         "seed": args.seed,
+        "mode": "library" if args.library else "cli",
         "warm_up_steps": WARM_UP_STEPS,
         "targets": {
             "pipeline_us_per_step": TARGET_PIPELINE_US,
@@ -323,6 +342,12 @@ def report(f: dict[str, Any]) -> str:
         f"DAG: bench/overhead.py's shape, width {f['width']} (= max_parallel), seed "
         f"{f['seed']}; every run a fresh process after a {f['warm_up_steps']}-step warm-up; "
         "pipeline and floor runs alternate",
+        "pipeline run "
+        + (
+            "as a program calling the API does (--library)"
+            if f["mode"] == "library"
+            else "as the planloom command runs it, inside engine._gc.heap_frozen"
+        ),
         f"runs per side: {repeats}; figures are medians, [min–max] over the runs",
         "",
         f"{'steps':>8} {'parse':>7} {'valid.':>7} {'execute':>8} {'pipeline':>9} "
@@ -429,6 +454,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--seed", type=int, default=DEFAULT_SEED, help=f"DAG shape seed (default {DEFAULT_SEED})"
     )
+    parser.add_argument(
+        "--library",
+        action="store_true",
+        help="run the pipeline as a program calling the API does; by default it runs as "
+        "the planloom command runs it, inside engine._gc.heap_frozen",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     # One timed run of one side in this process: what the parent spawns.
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
@@ -450,8 +481,11 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child is not None:
-        child = child_pipeline if args.side == "pipeline" else child_floor
-        print(json.dumps(child(args.child, args.width, args.seed)))
+        if args.side == "pipeline":
+            figures = child_pipeline(args.child, args.width, args.seed, args.library)
+        else:
+            figures = child_floor(args.child, args.width, args.seed)
+        print(json.dumps(figures))
         return 0
     figures = measure(args)
     print(json.dumps(figures, indent=2) if args.json else report(figures))

@@ -339,3 +339,27 @@ def test_a_heap_frozen_until_exit_stays_frozen_and_still_collects_what_came_afte
         check=True,
     )
     assert done.stdout.split() == ["True", "True", "True", "0"]
+
+
+def test_what_a_paused_block_keeps_is_frozen_inside_a_frozen_heap_and_scanned_outside() -> None:
+    """A plan loaded inside `planloom` (a frozen heap) is frozen as its loading ends, not
+    scanned by the next collection; loaded by a program outside one, it is left to the
+    collector as usual, so nothing stays frozen past the caller's knowledge."""
+    code = (
+        "import gc\n"
+        "from engine._gc import collector_paused, heap_frozen\n"
+        "def load():\n"
+        "    with collector_paused():\n"
+        "        return [[i] for i in range(1000)]\n"
+        "outside = load()\n"
+        "print(gc.get_freeze_count())\n"
+        "with heap_frozen():\n"
+        "    before = gc.get_freeze_count()\n"
+        "    inside = load()\n"
+        "    print(gc.get_freeze_count() - before >= 1000, gc.isenabled())\n"
+        "print(gc.get_freeze_count())\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True
+    )
+    assert done.stdout.split() == ["0", "True", "True", "0"]
