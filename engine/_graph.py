@@ -19,18 +19,8 @@ __all__ = [
     "plan_graph",
     "step_dependencies",
     "step_parsed",
-    "step_templates",
     "template_step_refs",
 ]
-
-
-def step_templates(step: Step) -> list[tuple[tuple[str | int, ...], str]]:
-    """Every template string of a step, with its path inside the step (computed once)."""
-    cache = _cache(step)
-    templates: list[tuple[tuple[str | int, ...], str]] | None = cache.get("_templates")
-    if templates is None:
-        templates = cache["_templates"] = list(_scan(step))
-    return templates
 
 
 def step_parsed(step: Step) -> list[tuple[tuple[str | int, ...], str, Template | None]]:
@@ -41,7 +31,7 @@ def step_parsed(step: Step) -> list[tuple[tuple[str | int, ...], str, Template |
     parsed: list[tuple[tuple[str | int, ...], str, Template | None]] | None = cache.get("_parsed")
     if parsed is None:
         parsed = []
-        for path, source in step_templates(step):
+        for path, source in _scan(step):
             try:
                 parsed.append((path, source, Template.parse(source)))
             except jinja2.TemplateSyntaxError:
