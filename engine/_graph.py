@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
 import jinja2
@@ -14,9 +15,10 @@ if TYPE_CHECKING:  # networkx costs ~0.1 s to import: validation does without it
     import networkx as nx
 
 __all__ = [
+    "Edges",
     "build_graph",
     "is_acyclic",
-    "plan_graph",
+    "plan_edges",
     "step_dependencies",
     "step_parsed",
     "template_step_refs",
@@ -87,29 +89,81 @@ def step_dependencies(step: Step) -> list[str]:
     return known
 
 
+@dataclass(frozen=True, slots=True)
+class Edges:
+    """Who waits for whom among one section's steps: what the scheduler needs to start a
+    step the moment its last dependency ends.
+
+    `dependencies` maps every step to the steps of the same section it waits for;
+    `dependents` maps a step to the steps waiting for it. Steps outside the section (a
+    `finally` step reading a main step) are left out: they have ended before it starts.
+    """
+
+    dependencies: dict[str, list[str]]
+    dependents: dict[str, list[str]]
+
+    @classmethod
+    def of(cls, steps: list[Step]) -> Edges:
+        ids = {step.id for step in steps}
+        dependencies: dict[str, list[str]] = {}
+        dependents: dict[str, list[str]] = {}
+        for step in steps:
+            deps = step_dependencies(step)
+            if not all(dep in ids for dep in deps):
+                deps = [dep for dep in deps if dep in ids]
+            dependencies[step.id] = deps  # the step's own cached list when nothing is left out
+            for dep in deps:
+                dependents.setdefault(dep, []).append(step.id)
+        return cls(dependencies, dependents)
+
+    def without(self, ended: Collection[str]) -> Edges:
+        """These edges with the `ended` steps gone: their dependents wait only for the rest."""
+        return Edges(
+            {
+                step_id: [dep for dep in deps if dep not in ended]
+                for step_id, deps in self.dependencies.items()
+                if step_id not in ended
+            },
+            {
+                step_id: [later for later in waiting if later not in ended]
+                for step_id, waiting in self.dependents.items()
+                if step_id not in ended
+            },
+        )
+
+    def descendants(self, step_id: str) -> set[str]:
+        """Every step that waits for `step_id`, directly or not."""
+        found: set[str] = set()
+        todo = [step_id]
+        while todo:
+            for later in self.dependents.get(todo.pop(), ()):
+                if later not in found:
+                    found.add(later)
+                    todo.append(later)
+        found.discard(step_id)  # only through a cycle, which validation refuses
+        return found
+
+    def is_acyclic(self) -> bool:
+        """Whether no step waits for itself, directly or not (Kahn's algorithm)."""
+        waiting = {step_id: len(deps) for step_id, deps in self.dependencies.items()}
+        ready = [step_id for step_id, count in waiting.items() if count == 0]
+        done = 0
+        while ready:
+            done += 1
+            for later in self.dependents.get(ready.pop(), ()):
+                waiting[later] -= 1
+                if waiting[later] == 0:
+                    ready.append(later)
+        return done == len(waiting)
+
+
 def is_acyclic(steps: list[Step]) -> bool:
-    """Whether the dependencies among `steps` have no cycle (Kahn's algorithm).
+    """Whether the dependencies among `steps` have no cycle.
 
     Validation asks this of every plan, so it needs no graph library; only a plan with a
     cycle builds the graph, to name its cycles.
     """
-    ids = {step.id for step in steps}
-    waiting: dict[str, int] = {}
-    dependents: dict[str, list[str]] = {}
-    for step in steps:
-        deps = [dep for dep in step_dependencies(step) if dep in ids]
-        waiting[step.id] = len(deps)
-        for dep in deps:
-            dependents.setdefault(dep, []).append(step.id)
-    ready = [step_id for step_id, count in waiting.items() if count == 0]
-    done = 0
-    while ready:
-        done += 1
-        for dependent in dependents.get(ready.pop(), ()):
-            waiting[dependent] -= 1
-            if waiting[dependent] == 0:
-                ready.append(dependent)
-    return done == len(waiting)
+    return Edges.of(steps).is_acyclic()
 
 
 def build_graph(steps: list[Step]) -> nx.DiGraph[str]:
@@ -118,7 +172,7 @@ def build_graph(steps: list[Step]) -> nx.DiGraph[str]:
     References to steps outside `steps` (e.g. a `finally` step reading a main step) are
     left out: those steps have ended before these start.
     """
-    import networkx as nx  # the scheduler's and the cycle report's, not validation's
+    import networkx as nx  # drawing and naming cycles: validation and runs do without it
 
     graph: nx.DiGraph[str] = nx.DiGraph()
     ids = {step.id for step in steps}
@@ -129,10 +183,10 @@ def build_graph(steps: list[Step]) -> nx.DiGraph[str]:
     return graph
 
 
-def plan_graph(plan: Plan, section: Literal["steps", "finally"]) -> nx.DiGraph[str]:
-    """The graph of the plan's main steps or `finally` steps, built once per plan."""
-    graph = plan._graphs.get(section)
-    if graph is None:
-        graph = build_graph(plan.steps if section == "steps" else plan.finally_)
-        plan._graphs[section] = graph
-    return graph
+def plan_edges(plan: Plan, section: Literal["steps", "finally"]) -> Edges:
+    """The edges of the plan's main steps or `finally` steps, found once per plan."""
+    edges: Edges | None = plan._edges.get(section)
+    if edges is None:
+        edges = Edges.of(plan.steps if section == "steps" else plan.finally_)
+        plan._edges[section] = edges
+    return edges

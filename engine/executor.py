@@ -23,7 +23,7 @@ from engine._agent_steps import AgentSteps
 from engine._attempts import Attempts, Sleep, Tally
 from engine._compiled import CompiledAction, CompiledStep
 from engine._gc import collector_paused, heap_frozen
-from engine._graph import plan_graph, step_dependencies
+from engine._graph import plan_edges, step_dependencies
 from engine._scheduler import Scheduler
 from engine._scope import enter_scope
 from engine._secrets import Secrets
@@ -132,8 +132,8 @@ class Executor:
         # Compiled when a step starts and dropped when it ends: a plan of 100,000 steps
         # never holds 100,000 compiled steps at once.
         self._steps = {s.id: s for s in plan.all_steps()}
-        for section in ("steps", "finally"):  # built here, with the collector paused
-            plan_graph(plan, section)
+        for section in ("steps", "finally"):  # found here, with the collector paused
+            plan_edges(plan, section)
         self._compiled: dict[str, CompiledStep] = {}
         self.agents = AgentSteps(
             agent_runner, registry, self.sandbox, plan.capabilities, self._primary
@@ -228,11 +228,11 @@ class Executor:
         steps = self.plan.steps if section == "steps" else self.plan.finally_
         if not steps or self._stop_reason == "interrupted":
             return
-        graph = plan_graph(self.plan, section)
+        edges = plan_edges(self.plan, section)
         if self.preloaded:  # done already: their dependents only wait for the rest
-            graph = graph.subgraph([n for n in graph if n not in self.preloaded]).copy()
+            edges = edges.without(self.preloaded)
         scheduler: Scheduler[StepResult] = Scheduler(
-            graph,
+            edges,
             self._run_step,
             max_parallel=self.plan.limits.max_parallel,
             blocks=lambda result: result.status in BLOCKING,

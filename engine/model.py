@@ -208,8 +208,8 @@ class Plan(_Model):
     finally_: list[Step] = Field(default_factory=list, alias="finally")
     outputs: dict[str, Any] = Field(default_factory=dict)
 
-    # The dependency graphs of `steps` and `finally`, once built (engine._graph.plan_graph).
-    _graphs: dict[str, Any] = PrivateAttr(default_factory=dict)
+    # The dependency edges of `steps` and `finally`, once found (engine._graph.plan_edges).
+    _edges: dict[str, Any] = PrivateAttr(default_factory=dict)
 
     def all_steps(self) -> list[Step]:
         """Main steps, then `finally` steps."""

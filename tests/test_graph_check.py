@@ -6,7 +6,7 @@ import networkx as nx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine._graph import build_graph, is_acyclic
+from engine._graph import Edges, build_graph, is_acyclic
 from engine.model import Step
 
 IDS = [f"s{i}" for i in range(8)]
@@ -35,3 +35,23 @@ def test_a_step_reading_itself_is_a_cycle() -> None:
     step = Step(id="a", tool="t.run", params={"x": "${{ steps.a.output }}"})
     assert not is_acyclic([step])
     assert is_acyclic([Step(id="a", tool="t.run", depends_on=["elsewhere"])])
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps(), st.sets(st.sampled_from(IDS), max_size=4))
+def test_edges_agree_with_the_networkx_graph(plan_steps: list[Step], ended: set[str]) -> None:
+    """What the scheduler reads (dependents, descendants, what is left once some steps
+    ended) is what the graph drawn from the same steps says."""
+    edges, graph = Edges.of(plan_steps), build_graph(plan_steps)
+    assert {n: sorted(edges.dependents.get(n, ())) for n in graph} == {
+        n: sorted(graph.successors(n)) for n in graph
+    }
+    assert {n: len(d) for n, d in edges.dependencies.items()} == dict(graph.in_degree())
+    for node in graph:
+        assert edges.descendants(node) == nx.descendants(graph, node)
+    left = edges.without(ended)
+    rest = graph.subgraph([n for n in graph if n not in ended])
+    assert {n: len(d) for n, d in left.dependencies.items()} == dict(rest.in_degree())
+    assert {n: sorted(left.dependents.get(n, ())) for n in rest} == {
+        n: sorted(rest.successors(n)) for n in rest
+    }
