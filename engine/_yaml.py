@@ -40,6 +40,7 @@ MAX_RECIPE_BYTES = 20_000_000
 _INT = re.compile(r"^[-+]?[0-9][0-9_]*$")
 _SPECIAL_FLOATS = {".inf": "inf", "+.inf": "inf", "-.inf": "-inf", ".nan": "nan"}
 _TAG = "tag:yaml.org,2002:"
+_STR = _TAG + "str"
 
 
 def read_recipe(path: str | Path) -> tuple[Any, SourceMap]:
@@ -296,6 +297,10 @@ class _Loader:
         self.source = source
         self.anchors: dict[str, _Anchored] = {}
         self.kinds: dict[str, str] = {}  # plain scalar → its resolved tag
+        # One string object per distinct key or plain word (`id`, `params`, a tool's name):
+        # the parser makes a new one for every occurrence, 100,000 copies of each in a
+        # 100,000-step recipe.
+        self.words: dict[str, str] = {}
         self.nodes = 0
         self.aliased = 0
         # Everything found, reported or not: an anchor keeps what was found inside it.
@@ -422,7 +427,7 @@ class _Loader:
             self._report(mapping.quiet, problem)
         else:
             seen[text] = line
-            mapping.key, mapping.skip = text, False
+            mapping.key, mapping.skip = self._word(text), False
 
     def _scalar(self, event: Any) -> Any:
         value: str = event.value
@@ -437,7 +442,18 @@ class _Loader:
             kind = str(self.resolve(ScalarNode, value, implicit))
             if implicit[0] and len(self.kinds) < 10_000:  # keys and common words repeat
                 self.kinds[value] = kind
+        if kind == _STR:
+            return self._word(value)
         return scalar_value(kind, value, None)
+
+    def _word(self, text: str) -> str:
+        """The one copy of `text` kept so far (the first 10,000 distinct ones are kept)."""
+        kept = self.words.get(text)
+        if kept is not None:
+            return kept
+        if len(self.words) < 10_000:
+            self.words[text] = text
+        return text
 
     def _alias(self, event: Any, stack: list[_Frame]) -> _Anchored:
         name = event.anchor

