@@ -25,21 +25,25 @@ __all__ = [
 ]
 
 
-def step_parsed(step: Step) -> list[tuple[tuple[str | int, ...], str, Template | None]]:
+Parsed = tuple[tuple[tuple[str | int, ...], str, Template | None], ...]
+
+
+def step_parsed(step: Step) -> Parsed:
     """Every template of a step, parsed once: its path, its text, and the parsed template
     (None when it does not parse; validation reports it). Kept with the step, so a large
     plan does not parse each template again for the graph and the run."""
     cache = _cache(step)
-    parsed: list[tuple[tuple[str | int, ...], str, Template | None]] | None = cache.get("_parsed")
+    parsed: Parsed | None = cache.get("_parsed")
     if parsed is None:
-        parsed = []
-        for path, source in _scan(step):
-            try:
-                parsed.append((path, source, Template.parse(source)))
-            except jinja2.TemplateSyntaxError:
-                parsed.append((path, source, None))
-        cache["_parsed"] = parsed
+        parsed = cache["_parsed"] = tuple((path, src, _parsed(src)) for path, src in _scan(step))
     return parsed
+
+
+def _parsed(source: str) -> Template | None:
+    try:
+        return Template.parse(source)
+    except jinja2.TemplateSyntaxError:
+        return None
 
 
 def _cache(step: Step) -> dict[str, Any]:
@@ -114,7 +118,8 @@ class Edges:
             dependencies[step.id] = deps  # the step's own cached list when nothing is left out
             for dep in deps:
                 dependents.setdefault(dep, []).append(step.id)
-        return cls(dependencies, dependents)
+        # Lists grown by appending keep room to grow: a plan's worth of them, made to fit.
+        return cls(dependencies, {step_id: list(later) for step_id, later in dependents.items()})
 
     def without(self, ended: Collection[str]) -> Edges:
         """These edges with the `ended` steps gone: their dependents wait only for the rest."""
