@@ -3,12 +3,12 @@ ready, and its retry policy as tenacity's wait and predicate."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from typing import Any, Literal
 
 from tenacity import wait_exponential, wait_fixed
 
-from engine._graph import step_parsed
+from engine._graph import Parsed, step_parsed
 from engine.errors import StepError
 from engine.model import AgentSpec, FallbackAction, RetryPolicy, Step
 from engine.templating import Template, ValueTemplate, compile_value, find_templates
@@ -28,11 +28,12 @@ class CompiledAction:
     goal: ValueTemplate | None = None
     instructions: ValueTemplate | None = None
     confirm: Literal["auto", "always", "never"] = "auto"
+    paths: InitVar[frozenset[tuple[str | int, ...]] | None] = None  # `data_paths`, if known
     data_paths: frozenset[tuple[str | int, ...]] = field(init=False)
     data_literals: frozenset[str] = field(init=False)
 
-    def __post_init__(self) -> None:
-        self.data_paths = _data_paths(self.params.value)
+    def __post_init__(self, paths: frozenset[tuple[str | int, ...]] | None) -> None:
+        self.data_paths = _data_paths(self.params.value) if paths is None else paths
         self.data_literals = self.params.constants
 
     @property
@@ -43,9 +44,26 @@ class CompiledAction:
 def _data_paths(raw: Any) -> frozenset[tuple[str | int, ...]]:
     """Paths of the raw params whose text begins with a template: what a call finds there
     is data (a file name, a step's output), not text the recipe's author wrote."""
-    found = frozenset(path for path, text in find_templates(raw) if text.lstrip().startswith("${"))
+    return _shared(
+        frozenset(path for path, text in find_templates(raw) if text.lstrip().startswith("${"))
+    )
+
+
+def _params_paths(parsed: Parsed, prefix: tuple[str, ...]) -> frozenset[tuple[str | int, ...]]:
+    """`_data_paths` of the params under `prefix` in a step, from its parsed templates."""
+    at = len(prefix)
+    return _shared(
+        frozenset(
+            path[at:]
+            for path, text, _ in parsed
+            if path[:at] == prefix and text.lstrip().startswith("${")
+        )
+    )
+
+
+def _shared(paths: frozenset[tuple[str | int, ...]]) -> frozenset[tuple[str | int, ...]]:
     # Steps of one shape have the same paths: one set for all of them, not one per step.
-    return _PATHS.setdefault(found, found) if len(_PATHS) < 4096 else found
+    return _PATHS.setdefault(paths, paths) if len(_PATHS) < 4096 else paths
 
 
 _PATHS: dict[frozenset[tuple[str | int, ...]], frozenset[tuple[str | int, ...]]] = {}
@@ -63,13 +81,18 @@ class CompiledStep:
     def __init__(self, step: Step) -> None:
         self.step = step
         # parsed at validation and kept with the step
-        parsed = {source: t for _, source, t in step_parsed(step) if t is not None}
+        known = step_parsed(step)
+        parsed = {source: t for _, source, t in known if t is not None}
         if step.agent is not None:
             self.primary = _agent_action(step.agent, step.timeout)
         else:
             assert step.tool is not None, "validation: a step has a tool or an agent"
             self.primary = CompiledAction(
-                step.tool, compile_value(step.params, parsed), step.timeout, confirm=step.confirm
+                step.tool,
+                compile_value(step.params, parsed),
+                step.timeout,
+                confirm=step.confirm,
+                paths=_params_paths(known, ("params",)),
             )
         self.fallback: CompiledAction | None = None
         fb = step.fallback
@@ -84,7 +107,11 @@ class CompiledStep:
                     "always" if step.confirm == "always" else "auto"
                 )
                 self.fallback = CompiledAction(
-                    fb.tool or "", compile_value(fb.params, parsed), timeout, confirm=confirm
+                    fb.tool or "",
+                    compile_value(fb.params, parsed),
+                    timeout,
+                    confirm=confirm,
+                    paths=_params_paths(known, ("fallback", "params")),
                 )
         elif isinstance(fb, str):
             self.fallback = CompiledAction(

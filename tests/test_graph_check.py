@@ -6,6 +6,7 @@ import networkx as nx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from engine._compiled import CompiledStep, _data_paths
 from engine._graph import Edges, build_graph, is_acyclic
 from engine.model import Step
 
@@ -55,3 +56,22 @@ def test_edges_agree_with_the_networkx_graph(plan_steps: list[Step], ended: set[
     assert {n: sorted(left.dependents.get(n, ())) for n in rest} == {
         n: sorted(rest.successors(n)) for n in rest
     }
+
+
+def test_a_compiled_step_knows_its_data_paths_from_its_parsed_templates() -> None:
+    """The paths whose text begins with a template (data, not the author's words), found
+    from the templates the step keeps, are the ones a walk of the raw params finds."""
+    step = Step(
+        id="a",
+        tool="t.run",
+        params={
+            "argv": ["wc", "-l", "${{ inputs.file }}", "x-${{ inputs.b }}"],
+            "env": {"K": "  ${{ steps.b.output }}", "L": "plain"},
+        },
+        fallback={"tool": "t.run", "params": {"path": "${{ inputs.p }}", "n": 1}},
+    )
+    compiled = CompiledStep(step)
+    assert compiled.primary.data_paths == _data_paths(step.params)
+    assert compiled.primary.data_paths == {("argv", 2), ("env", "K")}
+    assert compiled.fallback is not None
+    assert compiled.fallback.data_paths == {("path",)}
