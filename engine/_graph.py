@@ -115,7 +115,12 @@ class Edges:
             deps = step_dependencies(step)
             if not all(dep in ids for dep in deps):
                 deps = [dep for dep in deps if dep in ids]
-            dependencies[step.id] = deps  # the step's own cached list when nothing is left out
+            known = dependencies.get(step.id)
+            if known is not None:  # an id used twice (reported apart): one node, as in a graph
+                deps = [dep for dep in deps if dep not in known]
+                dependencies[step.id] = [*known, *deps]
+            else:  # the step's own cached list when nothing is left out
+                dependencies[step.id] = deps
             for dep in deps:
                 dependents.setdefault(dep, []).append(step.id)
         # Lists grown by appending keep room to grow: a plan's worth of them, made to fit.

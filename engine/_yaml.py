@@ -250,16 +250,18 @@ _WAITING = object()  # a mapping's key not read yet
 class _Frame:
     """A list or mapping being loaded: its expanded size and height so far.
 
-    `quiet`: the value is left out of the document's data (it is a key that is a list or
-    mapping, or the value of a key already reported), so what is found inside it is not
-    reported; it is still built, since an anchor inside it may be aliased elsewhere.
+    `dropped_at`: when the value is left out of the document's data (it is a key that is a
+    list or mapping, or the value of a key already reported, or inside one), the depth of
+    the deepest frame that left it out; what is found inside it is not reported. It is
+    still built, since an anchor inside it may be aliased elsewhere, where what was found
+    inside the anchor is found again unless a frame inside the anchor left it out.
     `found_at` and `broken_at` are where the logs stood when it opened.
     """
 
     value: Any
     anchor: str | None
     mark: Any
-    quiet: bool
+    dropped_at: int | None
     found_at: int
     broken_at: int
     size: int = 1
@@ -303,9 +305,10 @@ class _Loader:
         self.words: dict[str, str] = {}
         self.nodes = 0
         self.aliased = 0
-        # Everything found, reported or not: an anchor keeps what was found inside it.
-        self.found: list[Diagnostic] = []
-        self.broken: list[NodePath] = []
+        # Everything found, reported or not, with the depth at which it was left out: an
+        # anchor keeps what was found inside it.
+        self.found: list[tuple[Diagnostic, int | None]] = []
+        self.broken: list[tuple[NodePath, int | None]] = []
 
     def load(self) -> tuple[Any, bool]:
         """The document's data, and whether the stream held no document at all."""
@@ -352,9 +355,9 @@ class _Loader:
                 mark, text = anchored.mark, anchored.text
                 if anchored.found or anchored.broken:
                     at = self._path(stack, len(stack))
-                    quiet = bool(stack) and self._quiet(stack[-1])
-                    self._report(quiet, *anchored.found)
-                    self._break(quiet, *((*at, *inner) for inner in anchored.broken))
+                    dropped = self._dropped(stack)
+                    self._report(dropped, *anchored.found)
+                    self._break(dropped, *((*at, *inner) for inner in anchored.broken))
             elif kind is SequenceStartEvent or kind is MappingStartEvent:
                 if len(stack) >= MAX_DEPTH:
                     raise too_deep(event.start_mark)
@@ -365,7 +368,7 @@ class _Loader:
                         {} if mapping else [],
                         event.anchor,
                         event.start_mark,
-                        bool(stack) and self._quiet(stack[-1]),
+                        self._dropped(stack),
                         len(self.found),
                         len(self.broken),
                         seen={} if mapping else None,
@@ -385,8 +388,16 @@ class _Loader:
                             height,
                             mark,
                             None,
-                            tuple(self.found[done.found_at :]),
-                            tuple(path[depth:] for path in self.broken[done.broken_at :]),
+                            tuple(
+                                found
+                                for found, at in self.found[done.found_at :]
+                                if at is None or at < depth
+                            ),
+                            tuple(
+                                path[depth:]
+                                for path, at in self.broken[done.broken_at :]
+                                if at is None or at < depth
+                            ),
                         ),
                     )
             if not stack:
@@ -405,10 +416,15 @@ class _Loader:
                 parent.key, parent.skip = _WAITING, False
 
     @staticmethod
-    def _quiet(parent: _Frame) -> bool:
-        """Whether a value placed in `parent` now is left out of the document's data."""
-        waiting = parent.key is _WAITING or parent.skip
-        return parent.quiet or (parent.seen is not None and waiting)
+    def _dropped(stack: list[_Frame]) -> int | None:
+        """Whether a value placed in `stack[-1]` now is left out of the document's data:
+        the depth of the deepest frame that leaves it out, or None."""
+        if not stack:
+            return None
+        parent = stack[-1]
+        if parent.seen is not None and (parent.key is _WAITING or parent.skip):
+            return len(stack) - 1
+        return parent.dropped_at
 
     def _key(self, stack: list[_Frame], text: str | None, mark: Any) -> None:
         mapping = stack[-1]
@@ -417,14 +433,15 @@ class _Loader:
         line, column = mark.line + 1, mark.column + 1
         mapping.key = None
         mapping.skip = True
+        dropped = mapping.dropped_at
         if text is None:  # a list or mapping as a key
-            self._report(mapping.quiet, complex_key(self.source, line, column))
-            self._break(mapping.quiet, self._path(stack, len(stack) - 1))
+            self._report(dropped, complex_key(self.source, line, column))
+            self._break(dropped, self._path(stack, len(stack) - 1))
         elif text == "<<":
-            self._report(mapping.quiet, merge_key(self.source.file, line, column))
+            self._report(dropped, merge_key(self.source.file, line, column))
         elif text in seen:
             problem = duplicate_key(self.source.file, line, column, text, seen[text])
-            self._report(mapping.quiet, problem)
+            self._report(dropped, problem)
         else:
             seen[text] = line
             mapping.key, mapping.skip = self._word(text), False
@@ -498,14 +515,14 @@ class _Loader:
             frame.key if frame.seen is not None else len(frame.value) for frame in stack[:depth]
         )
 
-    def _report(self, quiet: bool, *problems: Diagnostic) -> None:
-        self.found.extend(problems)
-        if not quiet:
+    def _report(self, dropped: int | None, *problems: Diagnostic) -> None:
+        self.found.extend((problem, dropped) for problem in problems)
+        if dropped is None:
             self.source.problems.extend(problems)
 
-    def _break(self, quiet: bool, *paths: NodePath) -> None:
-        self.broken.extend(paths)
-        if not quiet:
+    def _break(self, dropped: int | None, *paths: NodePath) -> None:
+        self.broken.extend((path, dropped) for path in paths)
+        if dropped is None:
             self.source.broken.update(paths)
 
 

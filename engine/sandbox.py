@@ -254,16 +254,22 @@ class Sandbox:
                 missing_confinement=self._missing_layers(action.family) or None,
             )
 
-        slots = self._family_slots(action.family)
-
         async def run() -> Any:
-            if slots is None:
-                return _jsonable(name, await _execute(action, model, ctx))
-            async with slots:  # waiting for a slot is not part of the call's timeout
-                return _jsonable(name, await _execute(action, model, ctx))
+            return _jsonable(name, await _execute(action, model, ctx))
 
+        # A call waits for its family's slot before anything is recorded of it (a journal
+        # writes its intent in `result`: a call stopped while waiting never started), and
+        # the wait is not part of its timeout. A call served from a journal or a cassette
+        # runs nothing and takes no slot.
+        slots = self._family_slots(action.family)
+        if slots is not None and self.results.serves(call):
+            slots = None
         try:
-            output = await self.results.result(call, run, replayed=replayed)
+            if slots is None:
+                output = await self.results.result(call, run, replayed=replayed)
+            else:
+                async with slots:
+                    output = await self.results.result(call, run, replayed=replayed)
         except StepError as exc:
             exc.step_id = exc.step_id or step_id
             exc.attempt = exc.attempt or attempt

@@ -17,7 +17,8 @@ IDS = [f"s{i}" for i in range(8)]
 def steps(draw: st.DrawFn) -> list[Step]:
     count = draw(st.integers(1, len(IDS)))
     made = []
-    for step_id in IDS[:count]:
+    repeated = draw(st.lists(st.sampled_from(IDS[:count]), max_size=2))  # reported apart
+    for step_id in IDS[:count] + repeated:
         deps = draw(st.lists(st.sampled_from([*IDS, "outside"]), max_size=3, unique=True))
         read = draw(st.sampled_from([None, *IDS[:count]]))
         params = {"value": f"${{{{ steps.{read}.output }}}}"} if read else {}
@@ -28,7 +29,8 @@ def steps(draw: st.DrawFn) -> list[Step]:
 @settings(max_examples=500, deadline=None)
 @given(steps())
 def test_is_acyclic_agrees_with_networkx(plan_steps: list[Step]) -> None:
-    """Self-references, references to steps outside the section and repeats included."""
+    """Self-references, references to steps outside the section, repeated references and
+    repeated ids (one node, as in the graph) included."""
     assert is_acyclic(plan_steps) == nx.is_directed_acyclic_graph(build_graph(plan_steps))
 
 
