@@ -15,17 +15,20 @@ __all__ = ["check_cycles", "check_depends_on", "step_ids", "unknown_step"]
 def step_ids(report: Report, steps: list[tuple[NodePath, Step]]) -> dict[str, NodePath]:
     """Where each step id is first used, reporting ids used twice."""
     ids: dict[str, NodePath] = {}
+    again: list[tuple[NodePath, Step]] = []
     for path, step in steps:
         if step.id in ids:
-            first = report.source.locate((*ids[step.id], "id"))[0]
-            report(
-                (*path, "id"),
-                "duplicate-id",
-                f"duplicate step id '{step.id}' (first used on line {first})",
-                "give every step, 'finally' steps included, its own id",
-            )
+            again.append((path, step))
         else:
             ids[step.id] = path
+    firsts = report.source.locate_many([((*ids[s.id], "id"), False) for _, s in again])
+    for (path, step), (first, _) in zip(again, firsts, strict=True):
+        report(
+            (*path, "id"),
+            "duplicate-id",
+            f"duplicate step id '{step.id}' (first used on line {first})",
+            "give every step, 'finally' steps included, its own id",
+        )
     return ids
 
 
@@ -65,8 +68,13 @@ def check_cycles(
     import networkx as nx  # only to name the cycles
 
     graph = build_graph([s for _, s in steps])
-    for cycle in itertools.islice(nx.simple_cycles(graph), 10):
-        start = min(cycle, key=lambda sid: report.source.locate(ids[sid]))
+    cycles = list(itertools.islice(nx.simple_cycles(graph), 10))
+    members = sorted({sid for cycle in cycles for sid in cycle})
+    where = dict(
+        zip(members, report.source.locate_many([(ids[sid], False) for sid in members]), strict=True)
+    )
+    for cycle in cycles:
+        start = min(cycle, key=where.__getitem__)
         order = cycle[cycle.index(start) :] + cycle[: cycle.index(start)]
         ring = " → ".join([*order, order[0]])
         report(

@@ -91,10 +91,10 @@ def parse_recipe_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap
     return data, source  # duplicate keys and the like are in source.problems, for validation
 
 
-def _locate(source: SourceMap) -> Positions:
+def _locate(source: SourceMap, wanted: frozenset[NodePath] | None) -> Positions | None:
     from engine._yaml_tree import locate  # only a document with a problem needs positions
 
-    return locate(source)
+    return locate(source, wanted)
 
 
 class OnceResolver(VersionedResolver):

@@ -15,8 +15,10 @@ from ruamel.yaml.composer import ComposerError
 from ruamel.yaml.error import YAMLError
 from ruamel.yaml.events import (
     AliasEvent,
+    MappingEndEvent,
     MappingStartEvent,
     ScalarEvent,
+    SequenceEndEvent,
     SequenceStartEvent,
     StreamEndEvent,
 )
@@ -40,17 +42,117 @@ from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap
 __all__ = ["load", "locate"]
 
 
-def locate(source: SourceMap) -> Positions:
-    """The position of every value and key: the text composed again, as a tree.
+def locate(source: SourceMap, wanted: frozenset[NodePath] | None = None) -> Positions | None:
+    """The position of every value and key (`wanted` None): the text composed again, as a
+    tree; or of the `wanted` paths only, from one walk of the parser's events that keeps
+    nothing else (None if an alias lies on a wanted path: positions inside an anchor are
+    found from the tree).
 
     Only a document with something to report needs positions, so the load leaves them out
-    and this runs on the first `SourceMap.locate`. The text already loaded once, so it
-    composes the same way.
+    and `SourceMap` asks for them when it is first asked for one. The text already loaded
+    once, so it composes the same way.
     """
     try:
+        if wanted is not None:
+            return _Seeker(wanted).seek(source.text or "")
         return load(source)[1]
     except (YAMLError, LimitExceeded):  # a document that does not load: (1, 1) for all
         return {}, {}
+
+
+@dataclass(slots=True)
+class _Level:
+    """A list or mapping being walked: its path, and where the next value goes."""
+
+    path: NodePath | None  # None: left out of the data (nothing in it has a path)
+    mapping: bool
+    index: int = 0
+    key: str | None = None  # the key waiting for its value
+    waiting: bool = True  # a mapping reads a key next
+    seen: set[str] | None = None
+
+
+class _Seeker:
+    """The positions of the wanted paths, walking events with the loader's rules: keys
+    read as the loader reads them, the values of keys it leaves out left out too."""
+
+    def __init__(self, wanted: frozenset[NodePath]) -> None:
+        self.wanted = wanted
+        self.values: dict[NodePath, tuple[int, int]] = {}
+        self.keys: dict[NodePath, tuple[int, int]] = {}
+        self.scalars: dict[str, str | None] = {}  # anchor → its scalar's text (None: a list/map)
+        # anchor → where its node starts: an alias stands where its anchor's node is, as
+        # in the tree, where both are the one node
+        self.marks: dict[str, Any] = {}
+
+    def seek(self, text: str) -> Positions | None:
+        parser, _ = event_parser(text)
+        try:
+            stack: list[_Level] = []
+            while True:
+                event = parser.get_event()
+                kind = type(event)
+                if kind is StreamEndEvent:
+                    return self.values, self.keys
+                if kind is ScalarEvent or kind is AliasEvent:
+                    mark = event.start_mark
+                    if kind is ScalarEvent:
+                        scalar: str | None = event.value
+                        if event.anchor is not None:
+                            self.scalars[event.anchor] = event.value
+                            self.marks[event.anchor] = mark
+                    else:
+                        scalar = self.scalars.get(event.anchor)
+                        mark = self.marks.get(event.anchor, mark)
+                    path = self._place(stack, mark, scalar)
+                    if path is not None and kind is AliasEvent and self._below(path):
+                        return None  # a wanted path inside an aliased anchor
+                elif kind is SequenceStartEvent or kind is MappingStartEvent:
+                    if event.anchor is not None:
+                        self.scalars[event.anchor] = None
+                        self.marks[event.anchor] = event.start_mark
+                    path = self._place(stack, event.start_mark, None)
+                    mapping = kind is MappingStartEvent
+                    stack.append(_Level(path, mapping, seen=set() if mapping else None))
+                elif kind is SequenceEndEvent or kind is MappingEndEvent:
+                    stack.pop()
+        finally:
+            parser.dispose()
+
+    def _place(self, stack: list[_Level], mark: Any, scalar: str | None) -> NodePath | None:
+        """The path of a node starting now (None if left out), its position recorded when
+        wanted; a mapping's key is read as the loader reads it."""
+        if not stack:
+            path: NodePath | None = ()
+        else:
+            level = stack[-1]
+            if level.mapping and level.waiting:  # this node is a key
+                level.waiting = False
+                level.key = None
+                seen = level.seen
+                assert seen is not None
+                if level.path is None or scalar is None or scalar == "<<" or scalar in seen:
+                    return None  # left out: its value is left out too
+                seen.add(scalar)
+                level.key = scalar
+                at = (*level.path, scalar)
+                if at in self.wanted:
+                    self.keys[at] = (mark.line + 1, mark.column + 1)
+                return None  # a key is not a value
+            if level.mapping:
+                level.waiting = True
+                path = None if level.path is None or level.key is None else (*level.path, level.key)
+            else:
+                path = None if level.path is None else (*level.path, level.index)
+                level.index += 1
+        if path is not None and path in self.wanted:
+            self.values[path] = (mark.line + 1, mark.column + 1)
+        return path
+
+    def _below(self, path: NodePath) -> bool:
+        """Whether a wanted path lies strictly below `path`."""
+        depth = len(path)
+        return any(len(want) > depth and want[:depth] == path for want in self.wanted)
 
 
 def load(source: SourceMap) -> tuple[Any, Positions, list[Diagnostic], set[NodePath]]:

@@ -21,6 +21,9 @@ NodePath = tuple[str | int, ...]
 _PACK_FROM = 1_000_000  # characters
 Positions = tuple[dict[NodePath, tuple[int, int]], dict[NodePath, tuple[int, int]]]
 """Where values start and where keys start: `SourceMap.values` and `SourceMap.keys`."""
+Locator = Callable[["SourceMap", frozenset[NodePath] | None], Positions | None]
+"""Finds positions in a map's text: of every node (None), or of the wanted paths only,
+or None when the text cannot be searched path by path."""
 
 
 class Diagnostic(BaseModel):
@@ -62,7 +65,7 @@ class SourceMap:
         broken: set[NodePath] | None = None,
         *,
         text: str | None = None,
-        locator: Callable[[SourceMap], Positions] | None = None,
+        locator: Locator | None = None,
     ) -> None:
         self.file = file
         self.problems: list[Diagnostic] = problems if problems is not None else []
@@ -75,6 +78,10 @@ class SourceMap:
         self._values = values if values is not None else {}
         self._keys = keys if keys is not None else {}
         self._locator = locator
+        # A large document is searched for the paths asked for only (a table of every
+        # node of a 2,000,000-node recipe takes 0.9 GB); a small one is located at once.
+        self._targeted = text is not None and len(text) > _PACK_FROM
+        self._searched: set[NodePath] = set()
 
     @property
     def text(self) -> str | None:
@@ -102,7 +109,26 @@ class SourceMap:
     def _locate_all(self) -> None:
         locator, self._locator = self._locator, None
         if locator is not None:
-            self._values, self._keys = locator(self)
+            found = locator(self, None)
+            assert found is not None, "a locator finds every position when asked for all"
+            self._values, self._keys = found
+
+    def _prepare(self, paths: Iterable[NodePath]) -> None:
+        """Have the positions of `paths` and of their ancestors at hand."""
+        missing = {path for path in paths if path not in self._searched}
+        if self._locator is None or not missing:
+            return
+        if not self._targeted:
+            self._locate_all()
+            return
+        wanted = frozenset(path[:end] for path in missing for end in range(len(path) + 1))
+        found = self._locator(self, wanted)
+        if found is None:  # the document cannot be searched path by path (an alias on one)
+            self._locate_all()
+            return
+        self._values.update(found[0])
+        self._keys.update(found[1])
+        self._searched |= wanted
 
     def __repr__(self) -> str:
         return f"SourceMap(file={self.file!r}, problems={len(self.problems)})"
@@ -113,13 +139,23 @@ class SourceMap:
     def locate(self, path: Sequence[str | int], *, key: bool = False) -> tuple[int, int]:
         """The position of `path`, or of its nearest located ancestor."""
         probe: NodePath = tuple(path)
+        self._prepare([probe])
+        return self._find(probe, key)
+
+    def locate_many(self, requests: Sequence[tuple[NodePath, bool]]) -> list[tuple[int, int]]:
+        """`locate` of each (path, key) pair, the document searched once for them all."""
+        self._prepare(path for path, _ in requests)
+        return [self._find(path, key) for path, key in requests]
+
+    def _find(self, probe: NodePath, key: bool) -> tuple[int, int]:
+        values, keys = self._values, self._keys
         while True:
-            if key and probe in self.keys:
-                return self.keys[probe]
-            if probe in self.values:
-                return self.values[probe]
-            if probe in self.keys:
-                return self.keys[probe]
+            if key and probe in keys:
+                return keys[probe]
+            if probe in values:
+                return values[probe]
+            if probe in keys:
+                return keys[probe]
             if not probe:
                 return (1, 1)
             probe = probe[:-1]

@@ -47,7 +47,7 @@ def validate_plan(
         PlanValidationError: with every problem found, sorted by position.
     """
     checker = _Checker(source, registry, base_dir if base_dir is not None else Path.cwd())
-    checker.report.problems.extend(source.problems)
+    checker.report.add(source.problems)
     with collector_paused():
         plan = checker.check(data, require_version=require_version)
     if checker.report.problems or plan is None:
@@ -115,7 +115,7 @@ class _Checker:
         if not isinstance(top, Plan):
             return None
         self._semantics(top, data, steps)
-        if report.problems:
+        if report:
             return None
         main = [s for p, s in steps if p[0] == "steps"]
         final = [s for p, s in steps if p[0] == "finally"]

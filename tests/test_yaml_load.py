@@ -208,3 +208,21 @@ def test_a_large_recipe_locates_its_problems_from_its_packed_text() -> None:
     assert source.locate(("steps", 40_000, "id"), key=True) == (len(lines) - 1, 5)
     assert source.lines[problem.line - 1] == "    id: again"
     assert source.text == text
+
+
+@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(flow())
+def test_searching_for_some_paths_finds_where_the_tree_puts_them(text: str) -> None:
+    """A large document is searched for the paths asked for only: each position found
+    is the one the whole tree gives (or the search says it cannot, past an alias)."""
+    source = SourceMap("t.yaml", text=text)
+    full = _yaml_tree.locate(source)
+    assert full is not None
+    values, keys = full
+    for table, index in ((values, 0), (keys, 1)):
+        for path, position in list(table.items())[:12]:
+            wanted = frozenset(path[:end] for end in range(len(path) + 1))
+            found = _yaml_tree.locate(source, wanted)
+            if found is not None:
+                assert found[index].get(path) == position, (text, path)
+                assert set(found[index]) <= set(table)
