@@ -127,6 +127,8 @@ class Executor:
         self.sandbox.dry_run = dry_run
         if llm is not None:
             llm.on_call = self._llm_called
+            if "llm" in plan.limits.per_family:  # agents' model turns too, not only llm.*
+                llm.limit = asyncio.Semaphore(plan.limits.per_family["llm"])
         # Each step's result once it ended (a step not in it is pending): a pending result
         # made up front for every step cost a 100,000-step plan 50 MB.
         self.results: dict[str, StepResult] = {}

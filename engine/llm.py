@@ -131,6 +131,9 @@ class LLMClient:
     on_call: Callable[[ChatResult], None] | None = None  # per-call usage, e.g. as events
     answers: Answers = field(default_factory=lambda: LiveAnswers())  # or a cassette
     secrets: Secrets = field(default_factory=Secrets)  # redacted from all the model is sent
+    # Live calls at once (a run's `limits.per_family: {llm: N}`); answers from a cassette
+    # or a journal wait for nothing.
+    limit: asyncio.Semaphore | None = None
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -221,6 +224,12 @@ class LLMClient:
 
     async def _call(self, kwargs: dict[str, Any]) -> ChatResult:
         """The live call, with retries and errors translated."""
+        if self.limit is None:
+            return await self._live(kwargs)
+        async with self.limit:
+            return await self._live(kwargs)
+
+    async def _live(self, kwargs: dict[str, Any]) -> ChatResult:
         import openai
 
         retrying = AsyncRetrying(
