@@ -11,6 +11,7 @@ first problem. Policies, `--capabilities` files and cassettes are read here too.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -173,6 +174,54 @@ def too_many_aliased(mark: Any, name: str, size: int) -> LimitExceeded:
     )
 
 
+class Caps:
+    """The caps of `engine._limits`, counted as the document's nodes will be expanded.
+
+    `size` is the number of nodes a subtree expands to (aliases copied out), `height` the
+    number of nested lists/mappings in it. An alias adds its anchor's size and puts its
+    anchor's height under the current depth, so caps hold for the data made of the text.
+    """
+
+    def __init__(self) -> None:
+        self.nodes = 0
+        self.aliased = 0
+
+    def count(self, mark: Any, size: int = 1) -> None:
+        self.nodes += size
+        if self.nodes > MAX_NODES:
+            raise too_many(mark)
+
+    def open(self, mark: Any, depth: int) -> None:
+        """A list or mapping starts at `depth`."""
+        if depth >= MAX_DEPTH:
+            raise too_deep(mark)
+        self.count(mark)
+
+    def alias(self, mark: Any, name: str, size: int, height: int, depth: int) -> None:
+        """An alias of an anchor of `size` nodes and `height` levels, at `depth`."""
+        if depth + height > MAX_DEPTH:
+            raise too_deep(mark, f" once alias '*{name}' is expanded")
+        self.aliased += size
+        if self.aliased > MAX_ALIAS_NODES:
+            raise too_many_aliased(mark, name, size)
+        self.count(mark, size)
+
+
+def no_anchor(name: str, open_anchors: Iterable[str | None], mark: Any) -> ComposerError:
+    """An alias of `name`, which no node before it anchors."""
+    if name in open_anchors:
+        return ComposerError(
+            None, None, f"alias '*{name}' is inside its own anchor (a cycle)", mark
+        )
+    return ComposerError(None, None, "found undefined alias", mark)
+
+
+def anchored_twice(name: str, first: Any, mark: Any) -> ComposerError:
+    return ComposerError(
+        None, None, f"duplicate anchor '&{name}' (first defined on line {first.line + 1})", mark
+    )
+
+
 def scalar_value(tag: str, value: str, style: str | None) -> Any:
     """A scalar's data: text when quoted or tagged with a tag of its own, else by its tag."""
     if style or not tag.startswith(_TAG):
@@ -303,8 +352,7 @@ class _Loader:
         # the parser makes a new one for every occurrence, 100,000 copies of each in a
         # 100,000-step recipe.
         self.words: dict[str, str] = {}
-        self.nodes = 0
-        self.aliased = 0
+        self.caps = Caps()
         # Everything found, reported or not, with the depth at which it was left out: an
         # anchor keeps what was found inside it.
         self.found: list[tuple[Diagnostic, int | None]] = []
@@ -344,9 +392,7 @@ class _Loader:
             if kind is ScalarEvent:  # most events: kept short
                 value, text, mark = self._scalar(event), event.value, event.start_mark
                 size, height = 1, 0
-                self.nodes += 1
-                if self.nodes > MAX_NODES:
-                    raise too_many(mark)
+                self.caps.count(mark)
                 if event.anchor is not None:
                     self._anchor(event.anchor, _Anchored(value, 1, 0, mark, text))
             elif kind is AliasEvent:
@@ -359,9 +405,7 @@ class _Loader:
                     self._report(dropped, *anchored.found)
                     self._break(dropped, *((*at, *inner) for inner in anchored.broken))
             elif kind is SequenceStartEvent or kind is MappingStartEvent:
-                if len(stack) >= MAX_DEPTH:
-                    raise too_deep(event.start_mark)
-                self._count(event.start_mark, 1)
+                self.caps.open(event.start_mark, len(stack))
                 mapping = kind is MappingStartEvent
                 stack.append(
                     _Frame(
@@ -476,37 +520,14 @@ class _Loader:
         name = event.anchor
         anchored = self.anchors.get(name)
         if anchored is None:
-            if any(frame.anchor == name for frame in stack):
-                raise ComposerError(
-                    None,
-                    None,
-                    f"alias '*{name}' is inside its own anchor (a cycle)",
-                    event.start_mark,
-                )
-            raise ComposerError(None, None, "found undefined alias", event.start_mark)
-        if len(stack) + anchored.height > MAX_DEPTH:
-            raise too_deep(event.start_mark, f" once alias '*{name}' is expanded")
-        self.aliased += anchored.size
-        if self.aliased > MAX_ALIAS_NODES:
-            raise too_many_aliased(event.start_mark, name, anchored.size)
-        self._count(event.start_mark, anchored.size)
+            raise no_anchor(name, (frame.anchor for frame in stack), event.start_mark)
+        self.caps.alias(event.start_mark, name, anchored.size, anchored.height, len(stack))
         return anchored
 
     def _anchor(self, name: str, anchored: _Anchored) -> None:
         if name in self.anchors:
-            first = self.anchors[name].mark.line + 1
-            raise ComposerError(
-                None,
-                None,
-                f"duplicate anchor '&{name}' (first defined on line {first})",
-                anchored.mark,
-            )
+            raise anchored_twice(name, self.anchors[name].mark, anchored.mark)
         self.anchors[name] = anchored
-
-    def _count(self, mark: Any, size: int) -> None:
-        self.nodes += size
-        if self.nodes > MAX_NODES:
-            raise too_many(mark)
 
     @staticmethod
     def _path(stack: list[_Frame], depth: int) -> NodePath:

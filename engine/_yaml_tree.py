@@ -25,17 +25,16 @@ from ruamel.yaml.events import (
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from engine._gc import collector_paused
-from engine._limits import MAX_ALIAS_NODES, MAX_DEPTH, MAX_NODES
 from engine._yaml import (
+    Caps,
     LimitExceeded,
+    anchored_twice,
     complex_key,
     duplicate_key,
     event_parser,
     merge_key,
+    no_anchor,
     scalar_value,
-    too_deep,
-    too_many,
-    too_many_aliased,
 )
 from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap
 
@@ -198,9 +197,7 @@ class _Open:
 class _Composer:
     """Events → nodes without recursion, counting what aliases would expand to.
 
-    `size` is the number of nodes a subtree expands to (aliases copied out), `height` the
-    number of nested lists/mappings in it. An alias adds its anchor's size and puts its
-    anchor's height under the current depth, so caps hold for the data the builder makes.
+    Counted as the one-pass loader counts (`engine._yaml.Caps`).
     """
 
     def __init__(self, parser: Any, resolver: Any) -> None:
@@ -208,8 +205,7 @@ class _Composer:
         self.resolve = resolver.resolve
         self.anchors: dict[str, tuple[Node, int, int]] = {}
         self.tags: dict[str, Any] = {}
-        self.nodes = 0
-        self.aliased = 0
+        self.caps = Caps()
 
     def single_node(self) -> Node | None:
         parser = self.parser
@@ -240,9 +236,7 @@ class _Composer:
             if kind is ScalarEvent:  # most events: kept short
                 node: Node = self._scalar(event)
                 size, height = 1, 0
-                self.nodes += 1
-                if self.nodes > MAX_NODES:
-                    raise too_many(event.start_mark)
+                self.caps.count(event.start_mark)
             elif kind is AliasEvent:
                 node, size, height = self._alias(event, stack)
             elif kind is SequenceStartEvent or kind is MappingStartEvent:
@@ -280,9 +274,7 @@ class _Composer:
         return node
 
     def _open(self, event: Any, mapping: bool, depth: int) -> _Open:
-        if depth >= MAX_DEPTH:
-            raise too_deep(event.start_mark)
-        self._count(event, 1)
+        self.caps.open(event.start_mark, depth)
         kind = MappingNode if mapping else SequenceNode
         tag = event.ctag
         if tag is None or str(tag) == "!":
@@ -293,38 +285,15 @@ class _Composer:
     def _alias(self, event: Any, stack: list[_Open]) -> tuple[Node, int, int]:
         name = event.anchor
         if name not in self.anchors:
-            if any(open_.anchor == name for open_ in stack):
-                raise ComposerError(
-                    None,
-                    None,
-                    f"alias '*{name}' is inside its own anchor (a cycle)",
-                    event.start_mark,
-                )
-            raise ComposerError(None, None, "found undefined alias", event.start_mark)
+            raise no_anchor(name, (open_.anchor for open_ in stack), event.start_mark)
         node, size, height = self.anchors[name]
-        if len(stack) + height > MAX_DEPTH:
-            raise too_deep(event.start_mark, f" once alias '*{name}' is expanded")
-        self.aliased += size
-        if self.aliased > MAX_ALIAS_NODES:
-            raise too_many_aliased(event.start_mark, name, size)
-        self._count(event, size)
+        self.caps.alias(event.start_mark, name, size, height, len(stack))
         return node, size, height
 
     def _anchor(self, name: str, node: Node, size: int, height: int) -> None:
         if name in self.anchors:
-            first = self.anchors[name][0].start_mark.line + 1
-            raise ComposerError(
-                None,
-                None,
-                f"duplicate anchor '&{name}' (first defined on line {first})",
-                node.start_mark,
-            )
+            raise anchored_twice(name, self.anchors[name][0].start_mark, node.start_mark)
         self.anchors[name] = (node, size, height)
-
-    def _count(self, event: Any, size: int) -> None:
-        self.nodes += size
-        if self.nodes > MAX_NODES:
-            raise too_many(event.start_mark)
 
 
 class _Builder:
