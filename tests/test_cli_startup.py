@@ -99,6 +99,19 @@ NOT_FOR_VALIDATE = (
 )
 
 
+def _python(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
+    """This interpreter run with `args`, as a user's shell runs planloom."""
+    return subprocess.run(
+        [sys.executable, *args],
+        cwd=cwd,
+        env=env(),
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+        check=False,
+    )
+
+
 def _modules_after(code: str, *, cwd: Path = ROOT) -> tuple[list[str], str]:
     """Run `code` (which calls `main`) in a fresh interpreter; the modules loaded after it,
     and what it printed on stdout before the list."""
@@ -108,15 +121,7 @@ def _modules_after(code: str, *, cwd: Path = ROOT) -> tuple[list[str], str]:
         f"{code}\n"
         "print('\\n' + json.dumps(sorted(sys.modules)))\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", script],
-        cwd=cwd,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    done = _python("-c", script, cwd=cwd)
     assert done.returncode == 0, done.stderr
     printed, _, modules = done.stdout.rstrip("\n").rpartition("\n")
     return json.loads(modules), printed
@@ -271,15 +276,7 @@ def test_the_record_modes_of_the_flags_are_the_cassettes() -> None:
 
 def test_python_dash_m_engine_app_prints_the_same_help(tmp_path: Path) -> None:
     script = planloom("--help", cwd=tmp_path)
-    module = subprocess.run(
-        [sys.executable, "-m", "engine.app", "--help"],
-        cwd=tmp_path,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=False,
-    )
+    module = _python("-m", "engine.app", "--help", cwd=tmp_path)
     assert (module.returncode, module.stdout) == (0, script.stdout)
 
 
@@ -296,15 +293,8 @@ def test_the_process_command_line_ends_with_the_heap_frozen_and_a_call_does_not(
         "assert main() == 0\n"
         "print(gc.get_freeze_count() > 0, gc.isenabled())\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        cwd=ROOT,
-        env=env(),
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=True,
-    )
+    done = _python("-c", code)
+    assert done.returncode == 0, done.stderr
     lines = [line for line in done.stdout.splitlines() if "ok (" not in line]
     assert lines == ["0 True", "True True"]
 
@@ -331,14 +321,8 @@ def test_a_heap_frozen_until_exit_stays_frozen_and_still_collects_what_came_afte
         "    pass\n"
         "print(gc.get_freeze_count())\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        check=True,
-    )
-    assert done.stdout.split() == ["True", "True", "True", "0"]
+    done = _python("-c", code)
+    assert done.stdout.split() == ["True", "True", "True", "0"], done.stderr
 
 
 def test_what_a_paused_block_keeps_is_frozen_inside_a_frozen_heap_and_scanned_outside() -> None:
@@ -359,7 +343,5 @@ def test_what_a_paused_block_keeps_is_frozen_inside_a_frozen_heap_and_scanned_ou
         "    print(gc.get_freeze_count() - before >= 1000, gc.isenabled())\n"
         "print(gc.get_freeze_count())\n"
     )
-    done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=TIMEOUT, check=True
-    )
-    assert done.stdout.split() == ["0", "True", "True", "0"]
+    done = _python("-c", code)
+    assert done.stdout.split() == ["0", "True", "True", "0"], done.stderr
