@@ -331,12 +331,21 @@ def _bind_read_only(path: str, fd: int) -> None:
 
 
 PR_GET_PDEATHSIG = 2
+PR_SET_DUMPABLE = 4
 
 
 def set_pdeathsig(sig: int) -> None:
     """Have the kernel send `sig` to this process when the thread that forked it ends."""
     if _libc.prctl(PR_SET_PDEATHSIG, ctypes.c_ulong(sig), 0, 0, 0) != 0:
         raise _fail("prctl(PR_SET_PDEATHSIG)")
+
+
+def set_dumpable(dumpable: bool) -> None:
+    """`PR_SET_DUMPABLE`: a process that is not dumpable refuses ptrace and access to its
+    /proc files to others with its uid but without CAP_SYS_PTRACE (the resident launcher's
+    defence besides Landlock's domains); its /proc files then belong to root."""
+    if _libc.prctl(PR_SET_DUMPABLE, int(dumpable), 0, 0, 0) != 0:
+        raise _fail("prctl(PR_SET_DUMPABLE)")
 
 
 def no_new_privs() -> str:
@@ -416,7 +425,7 @@ def _allow(ruleset: int, path: str, rights: int) -> None:
     except OSError:
         return  # a folder this system does not have
     try:
-        if not os.path.isdir(f"/proc/self/fd/{fd}"):
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):  # fstat of an O_PATH fd: no /proc lookup
             rights &= _FILE_RIGHTS
         rule = _PathBeneath(rights, fd)
         if _libc.syscall(_SYS_ADD_RULE, ruleset, _RULE_PATH_BENEATH, ctypes.byref(rule), 0) != 0:

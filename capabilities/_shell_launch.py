@@ -32,6 +32,7 @@ from engine.capability import CallContext
 __all__ = [
     "STATUS_LIMIT",
     "Outcome",
+    "config_memfd",
     "files_config",
     "flatten",
     "launcher_command",
@@ -51,15 +52,25 @@ def launcher_command(
     The config, with the program's argv, travels in a memfd rather than on the command
     line, so only the program itself carries its arguments (`ps`, markers in tests).
     """
-    config_fd = os.memfd_create("planloom-launch")  # close-on-exec; pass_fds lets it through
+    config_fd = config_memfd({**config, "argv": argv})
+    python = os.path.realpath(sys.executable)
+    return [python, "-I", "-S", _LAUNCHER, str(config_fd), str(status_fd)], config_fd
+
+
+def config_memfd(config: dict[str, Any]) -> int:
+    """A memfd holding `config` as JSON, read from its start (the caller closes it).
+
+    Close-on-exec: `pass_fds` lets it through to the one-shot launcher, `SCM_RIGHTS` to the
+    resident one.
+    """
+    config_fd = os.memfd_create("planloom-launch", os.MFD_CLOEXEC)
     try:
-        os.write(config_fd, json.dumps({**config, "argv": argv}).encode())
+        os.write(config_fd, json.dumps(config).encode())
         os.lseek(config_fd, 0, os.SEEK_SET)
     except OSError:
         os.close(config_fd)
         raise
-    python = os.path.realpath(sys.executable)
-    return [python, "-I", "-S", _LAUNCHER, str(config_fd), str(status_fd)], config_fd
+    return config_fd
 
 
 def launcher_config(

@@ -1,7 +1,9 @@
 """A `shell.run` call's private TMPDIR and pids cgroup, and the removal of stale ones.
 
 Each call gets both, removed when it ends; those of calls still running are removed at
-exit, and those left by engines that died mid-call are swept at the next start.
+exit, and those left by engines that died mid-call are swept at the next start. A call may
+adopt a scratch made before it: the resident launcher's spare process waits in its
+cgroup, so that the call does not wait for the kernel to move a process into one.
 """
 
 from __future__ import annotations
@@ -24,35 +26,47 @@ _PIDS_V1 = "/sys/fs/cgroup/pids"
 
 
 class Scratch:
-    """A call's private TMPDIR and pids cgroup, removed when the call ends."""
+    """A call's private TMPDIR and pids cgroup, removed when the call ends (or at exit).
+
+    Made when the `with` block starts, or beforehand by `make()`: the resident launcher's
+    spare waits in the cgroup of a scratch made for the next call, which adopts it with
+    its own limit (`limit()`).
+    """
 
     def __init__(self, max_processes: int) -> None:
         self._max = max_processes
+        self.handed_over = False
         self.tmpdir = ""
         self.cgroup: str | None = None
         self.cgroup_state = "unavailable: not set up"
 
-    def __enter__(self) -> Scratch:
+    def make(self) -> Scratch:
+        """Make the TMPDIR and the cgroup (limited to `max_processes`) now."""
         _sweep_stale_scratch()
         self.tmpdir = tempfile.mkdtemp(prefix=f"planloom-shell-{os.getpid()}-")
         _LIVE_SCRATCH.add(self)
-        base, why = pids_cgroup_base()
-        if base is None:
-            self.cgroup_state = f"unavailable: {why}"
-            return self
-        path = os.path.join(base, f"planloom-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-        try:
-            os.mkdir(path)
-            with open(os.path.join(path, "pids.max"), "w") as file:
-                file.write(str(self._max))
-        except OSError as exc:
-            self.cgroup_state = f"unavailable: {path}: {exc.strerror}"
-            with contextlib.suppress(OSError):
-                os.rmdir(path)
-            return self
-        self.cgroup = path
-        self.cgroup_state = f"active (max {self._max})"
+        self.cgroup, self.cgroup_state = _new_cgroup(self._max)
         return self
+
+    def limit(self, max_processes: int) -> Scratch:
+        """Limit the cgroup, made earlier, to `max_processes` (the adopting call's grant)."""
+        if max_processes != self._max and self.cgroup is not None:
+            self._max = max_processes
+            try:
+                with open(os.path.join(self.cgroup, "pids.max"), "w") as file:
+                    file.write(str(max_processes))
+                self.cgroup_state = f"active (max {max_processes})"
+            except OSError as exc:
+                # Said, not hidden: processes then keep the limit it was made with.
+                self.cgroup_state = f"unavailable: {self.cgroup}/pids.max: {exc.strerror}"
+        return self
+
+    def __enter__(self) -> Scratch:
+        return self if self.tmpdir else self.make()
+
+    def hand_over(self) -> None:
+        """Leave the removal to someone else (the `with` block no longer removes it)."""
+        self.handed_over = True
 
     async def empty_cgroup(self) -> None:
         """Kill whatever is left in the cgroup (only possible without a PID namespace)."""
@@ -65,23 +79,48 @@ class Scratch:
             await asyncio.sleep(0.01)
 
     def __exit__(self, *exc_info: object) -> None:
-        self.remove()
+        if not self.handed_over:
+            self.remove()
 
     def remove(self) -> None:
         _LIVE_SCRATCH.discard(self)
         shutil.rmtree(self.tmpdir, ignore_errors=True)
         if self.cgroup is not None:
-            for _ in range(100):  # a just-killed process may take a moment to leave
-                _sweep_cgroup(self.cgroup)
-                try:
-                    os.rmdir(self.cgroup)
-                    break
-                except FileNotFoundError:
-                    break
-                except OSError:
-                    # Blocking here is rare and short: only reached if processes survived
-                    # the sweep in `empty_cgroup` (e.g. after cancellation).
-                    time.sleep(0.005)
+            _remove_cgroup(self.cgroup)
+
+
+def _new_cgroup(max_processes: int) -> tuple[str | None, str]:
+    """A new pids cgroup limited to `max_processes`, named for this engine (so that a
+    later engine sweeps it if this one dies), and its state for the call's report: the
+    folder, or None and why there is none."""
+    base, why = pids_cgroup_base()
+    if base is None:
+        return None, f"unavailable: {why}"
+    path = os.path.join(base, f"planloom-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    try:
+        os.mkdir(path)
+        with open(os.path.join(path, "pids.max"), "w") as file:
+            file.write(str(max_processes))
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        return None, f"unavailable: {path}: {exc.strerror}"
+    return path, f"active (max {max_processes})"
+
+
+def _remove_cgroup(path: str) -> None:
+    """Kill what is left in the cgroup `path` and remove it."""
+    for _ in range(100):  # a just-killed process may take a moment to leave
+        _sweep_cgroup(path)
+        try:
+            os.rmdir(path)
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            # Blocking here is rare and short: only reached if processes survived the
+            # sweep in `empty_cgroup` (e.g. after cancellation).
+            time.sleep(0.005)
 
 
 # Scratch of calls still running; removed at exit if the process ends mid-call.

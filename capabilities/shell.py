@@ -19,24 +19,30 @@ Each call is checked before anything runs:
   a private `TMPDIR`, a UTF-8 locale and only the variables the grant names. Loader,
   interpreter and secret variables are refused even when a grant asks for them (B9).
 
-The program is started by `_launcher.py` (a `python -I -S` script), which puts it in new
-user, PID, mount and network namespaces, a pids cgroup, `no_new_privs`, rlimits (address
-space, file size, CPU, core) and Landlock (writes only beneath the granted folder, reads
-only from system folders, the /etc files programs need and that folder, no TCP) before
-`exec`. Layers the kernel does not offer are skipped and listed as unavailable in
-`ShellResult.confinement` and in `confinement_report()`, never silently.
+The program is started by the code of `_launcher.py` (a `python -I -S` script), which puts
+it in new user, PID, mount and network namespaces, a pids cgroup, `no_new_privs`, rlimits
+(address space, file size, CPU, core) and Landlock (writes only beneath the granted folder,
+reads only from system folders, the /etc files programs need and that folder, no TCP)
+before `exec`. Layers the kernel does not offer are skipped and listed as unavailable in
+`ShellResult.confinement` and in `confinement_report()`, never silently. Within a run, the
+family's scope keeps a resident launcher (`_zygote.py`, started by the run's first call,
+stopped when the run ends) that forks each call's launcher instead of starting an
+interpreter per call, and prepares a spare for the next call without network (see
+`_zygote.py` for what is shared and what is per call); a call from outside a run starts
+the launcher as a script.
 
 Protected paths (`.git` folders, `.env*` files; see `_protected`) beneath the granted
 folder are bind-mounted read-only in the child's mount namespace, unless the grant's
 `protected:` globs open them; protected entries that appear during the call (which no
 mount could cover) are removed afterwards and the call fails (rule `shell.protected`).
-The launcher dies with the engine (`PR_SET_PDEATHSIG`), and with it the PID namespace;
-pids cgroups of engines that died anyway are emptied and removed at the next start.
+The launcher (and the resident one) dies with the engine (`PR_SET_PDEATHSIG`), and with
+it the PID namespace; pids cgroups of engines that died anyway are emptied and removed at
+the next start.
 
 While it runs, stdin is `/dev/null` (B20); each output stream is capped (B11); on
-timeout, cancellation or once the program exits, the launcher's process group is killed
-and with it the PID namespace's init, whose end makes the kernel kill every process left
-in the namespace, `setsid` and double-forked ones included (B12-B15). Without a PID
+timeout, cancellation or once the program exits, the launcher's process group and the PID
+namespace's init are killed, whose end makes the kernel kill every process left in the
+namespace, `setsid` and double-forked ones included (B12-B15). Without a PID
 namespace, the pids cgroup (when writable) is swept instead.
 """
 
@@ -52,6 +58,8 @@ import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+
+from pydantic import BaseModel
 
 from capabilities import _protected
 from capabilities._argrules import (
@@ -77,6 +85,7 @@ from capabilities._shell_scratch import Scratch
 
 # Tests read the pids cgroup base through this module, as `shell._pids_cgroup_base`.
 from capabilities._shell_scratch import pids_cgroup_base as _pids_cgroup_base  # noqa: F401
+from capabilities._zygote_client import Zygote
 from engine.capability import Action, CallContext, Family, Registry
 from engine.errors import CapabilityDenied, StepFailed
 
@@ -93,6 +102,10 @@ def register(registry: Registry) -> None:
             "run allowed programs with an argv list (no shell)",
             ShellGrant,
             confinement_report,
+            scope=_scope,
+            # Each call is a confined process tree: more at once than CPUs only queue up
+            # (a recipe's `limits.per_family: {shell: N}` says otherwise).
+            max_parallel=os.cpu_count() or 1,
         )
     )
     registry.add(
@@ -133,12 +146,20 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
     name = params.argv[0]
 
     who = f"{ACTION}: {name!r}"
+    zygote = _zygote(ctx)
     async with _guard_protected(root, grant.protected, who, ctx) as protected:
-        with Scratch(grant.max_processes) as scratch:
+        # A spare (a process of the zygote's already in a cgroup and namespaces of its
+        # own) serves only calls without network: its network namespace is empty.
+        spare = zygote.take_spare() if zygote is not None and not grant.network else None
+        made = Scratch(grant.max_processes) if spare is None else spare.scratch
+        with made.limit(grant.max_processes) as scratch:
             env["TMPDIR"] = scratch.tmpdir
             config = launcher_config(grant, ctx, root, program, scratch, protected)
-            outcome = await launch(argv, config, workdir, env, grant.max_output, name, ctx)
-            await scratch.empty_cgroup()
+            resident = None if zygote is None else (zygote, spare, scratch)
+            limit = grant.max_output
+            outcome = await launch(argv, config, workdir, env, limit, name, ctx, resident)
+            if not scratch.handed_over:
+                await scratch.empty_cgroup()
     result = outcome.result(scratch.cgroup_state)
     if outcome.setup_error is not None:
         raise StepFailed(
@@ -155,6 +176,23 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
     if params.check and result.exit_code != 0:
         raise StepFailed(_failure_message(name, result), step_id=ctx.step_id)
     return result
+
+
+@contextlib.asynccontextmanager
+async def _scope(grant: BaseModel, base_dir: Path) -> AsyncIterator[Zygote]:
+    """The run's resident launcher: started by its first call, stopped when the run ends."""
+    zygote = Zygote()
+    try:
+        yield zygote
+    finally:
+        await zygote.aclose()
+
+
+def _zygote(ctx: CallContext) -> Zygote | None:
+    """The run's resident launcher, if this call has one it may use (a call from another
+    event loop than the run's, or outside a run, starts a one-shot launcher instead)."""
+    zygote = ctx.scope
+    return zygote if isinstance(zygote, Zygote) and zygote.usable() else None
 
 
 def _checked_argv(

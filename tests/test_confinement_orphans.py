@@ -67,7 +67,7 @@ def _recipe(folder: Path, marker: str) -> None:
               shell:
                 allow: [sleep, sh, {PYTHON}]
                 unsafe_args: [sh, {PYTHON}]
-            limits: {{max_parallel: 5, timeout: 900, max_duration: 900}}
+            limits: {{max_parallel: 5, per_family: {{shell: 5}}, timeout: 900, max_duration: 900}}
             steps:
               - {{id: one, tool: shell.run, params: {{argv: [sleep, "{marker}"]}}}}
               - {{id: two, tool: shell.run, params: {{argv: [sleep, "{marker}"]}}}}
