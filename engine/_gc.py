@@ -20,7 +20,7 @@ import gc
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["collector_paused", "heap_frozen"]
+__all__ = ["collector_paused", "freeze_survivors", "heap_frozen"]
 
 _frozen_depth = 0
 
@@ -68,3 +68,17 @@ def heap_frozen(*, until_exit: bool = False) -> Iterator[None]:
         _frozen_depth -= 1
         if _frozen_depth == 0 and not until_exit:
             gc.unfreeze()
+
+
+def freeze_survivors() -> None:
+    """Inside a `heap_frozen` block: collect the young generations, then freeze what is
+    left, so the collector's full passes never rescan it.
+
+    A long run keeps a result per step; unfrozen, each full collection rescans all of them
+    (a fifth of the run's time at 100,000 steps). Cyclic garbage among young objects is
+    freed first; what is frozen is freed by reference counting as usual, or with the
+    rest when the outermost block ends. Outside such a block it does nothing.
+    """
+    if _frozen_depth > 0:
+        gc.collect(1)
+        gc.freeze()

@@ -22,7 +22,7 @@ from pydantic import BaseModel
 from engine._agent_steps import AgentSteps
 from engine._attempts import Attempts, Sleep, Tally
 from engine._compiled import CompiledAction, CompiledStep
-from engine._gc import collector_paused, heap_frozen
+from engine._gc import collector_paused, freeze_survivors, heap_frozen
 from engine._graph import plan_edges, step_dependencies
 from engine._scheduler import Scheduler
 from engine._scope import enter_scope
@@ -46,6 +46,8 @@ from engine.templating import (
     Namespace,
     compile_value,
 )
+
+_SETTLE_EVERY = 5000  # steps ended between two freezes of what the run keeps
 
 __all__ = ["Executor", "Sleep", "run_plan"]
 
@@ -417,6 +419,8 @@ class Executor:
             result.error = self.secrets.redact(result.error)
         self.results[step_id] = result
         self._compiled.pop(step_id, None)
+        if len(self.results) % _SETTLE_EVERY == 0:
+            freeze_survivors()  # the results so far: out of every later full collection
         self._view[step_id] = {
             "output": result.output,
             "status": result.status,

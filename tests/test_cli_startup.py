@@ -345,3 +345,30 @@ def test_what_a_paused_block_keeps_is_frozen_inside_a_frozen_heap_and_scanned_ou
     )
     done = _python("-c", code)
     assert done.stdout.split() == ["0", "True", "True", "0"], done.stderr
+
+
+def test_a_long_run_freezes_what_it_keeps_after_freeing_its_young_garbage() -> None:
+    """Inside a frozen heap, `freeze_survivors` frees young cyclic garbage first, then
+    freezes what is kept (a run's results), so full collections stop rescanning it; outside
+    one it does nothing."""
+    code = (
+        "import gc, weakref\n"
+        "from engine._gc import freeze_survivors, heap_frozen\n"
+        "class Node:\n"
+        "    pass\n"
+        "def ring():\n"
+        "    node = Node()\n"
+        "    node.me = node\n"
+        "    return weakref.ref(node)\n"
+        "freeze_survivors()\n"
+        "print(gc.get_freeze_count())\n"
+        "with heap_frozen():\n"
+        "    kept = [[i] for i in range(1000)]\n"
+        "    dropped = ring()\n"
+        "    before = gc.get_freeze_count()\n"
+        "    freeze_survivors()\n"
+        "    print(gc.get_freeze_count() - before >= 1000, dropped() is None)\n"
+        "print(gc.get_freeze_count())\n"
+    )
+    done = _python("-c", code)
+    assert done.stdout.split() == ["0", "True", "True", "0"], done.stderr
