@@ -58,16 +58,11 @@ import subprocess
 import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from capabilities import _protected
-from capabilities._argrules import (
-    ArgContext,
-    check_arguments,
-    final_arguments,
-    protect_data_arguments,
-)
 from capabilities._gitconfig import git_env
 from capabilities._shell_env import child_env
 from capabilities._shell_launch import STATUS_LIMIT, flatten, launcher_config, parse_status
@@ -80,14 +75,15 @@ from capabilities._shell_paths import (
     resolve_program,
     workdir_of,
 )
-from capabilities._shell_process import launch
 from capabilities._shell_scratch import Scratch
 
 # Tests read the pids cgroup base through this module, as `shell._pids_cgroup_base`.
 from capabilities._shell_scratch import pids_cgroup_base as _pids_cgroup_base  # noqa: F401
-from capabilities._zygote_client import Zygote
 from engine.capability import Action, CallContext, Family, Registry
 from engine.errors import CapabilityDenied, StepFailed
+
+if TYPE_CHECKING:
+    from capabilities._zygote_client import Zygote
 
 __all__ = ["ShellGrant", "ShellParams", "ShellResult", "confinement_report", "register", "run"]
 
@@ -133,6 +129,8 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
         StepFailed: the program could not be started or the sandbox could not be set up,
             or, with `check`, it exited non-zero or its output passed `max_output`.
     """
+    from capabilities._shell_process import launch  # a call's, not every command's
+
     grant = ctx.grant
     if not isinstance(grant, ShellGrant):
         grant = ShellGrant.model_validate(grant.model_dump())
@@ -181,6 +179,8 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
 @contextlib.asynccontextmanager
 async def _scope(grant: BaseModel, base_dir: Path) -> AsyncIterator[Zygote]:
     """The run's resident launcher: started by its first call, stopped when the run ends."""
+    from capabilities._zygote_client import Zygote  # a run's, not every command's
+
     zygote = Zygote()
     try:
         yield zygote
@@ -191,6 +191,8 @@ async def _scope(grant: BaseModel, base_dir: Path) -> AsyncIterator[Zygote]:
 def _zygote(ctx: CallContext) -> Zygote | None:
     """The run's resident launcher, if this call has one it may use (a call from another
     event loop than the run's, or outside a run, starts a one-shot launcher instead)."""
+    from capabilities._zygote_client import Zygote
+
     zygote = ctx.scope
     return zygote if isinstance(zygote, Zygote) and zygote.usable() else None
 
@@ -204,6 +206,15 @@ def _checked_argv(
         CapabilityDenied: rules `shell.option-from-data`, `shell.argument`,
             `shell.output-path`.
     """
+    # Here, not at the top: the argument rules' tables are for calls, and the registry loads
+    # this family for every command (`planloom validate` too).
+    from capabilities._argrules import (
+        ArgContext,
+        check_arguments,
+        final_arguments,
+        protect_data_arguments,
+    )
+
     rules = ArgContext(program, root, workdir, ctx.step_id)
     unsafe = {real for entry in grant.unsafe_args if (real := real_program(entry, root))}
     if grant.end_of_options:

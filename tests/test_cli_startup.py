@@ -59,8 +59,8 @@ HELP_MODULES = {
 }
 # What validating a recipe does not need: the model client, logs and live view, the run
 # store, journal and report, cassettes, the executor and session, the MCP SDK and its
-# servers, httpx and the http family's wire code; networkx (the cycle check needs no graph
-# library, only naming a cycle does).
+# servers, httpx and the http family's wire code, the shell family's argument rules and
+# launchers; networkx (the cycle check needs no graph library, only naming a cycle does).
 NOT_FOR_VALIDATE = (
     "openai",
     "networkx",
@@ -96,6 +96,9 @@ NOT_FOR_VALIDATE = (
     "capabilities._mcp_servers",
     "capabilities._http_checks",
     "capabilities._http_wire",
+    "capabilities._argrules",
+    "capabilities._shell_process",
+    "capabilities._zygote_client",
 )
 
 
