@@ -8,11 +8,11 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from tenacity import AsyncRetrying, retry_if_exception, stop_after_attempt
+from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from engine._agent_steps import AgentSteps
 from engine._compiled import CompiledAction, CompiledStep, retry_wait, retryable
-from engine._scope import enter_scope
+from engine._scope import enter_attempt, enter_scope
 from engine._secrets import Secrets
 from engine.errors import (
     ApprovalDenied,
@@ -155,11 +155,24 @@ class Attempts:
         if policy is None or policy.attempts == 1:
             tally.attempts += 1
             return await self._attempt(compiled.step, action, context, tally.attempts)
+        step_id = compiled.step.id
+
+        def waiting(state: RetryCallState) -> None:  # each retry's wait is an event
+            failed = state.outcome.exception() if state.outcome is not None else None
+            self.events.emit(
+                "attempt.retrying",
+                step_id,
+                tally.attempts,
+                wait=round(state.next_action.sleep if state.next_action else 0.0, 3),
+                error=failed.message if isinstance(failed, StepError) else str(failed),
+            )
+
         retrying = AsyncRetrying(
             stop=stop_after_attempt(policy.attempts),
             wait=retry_wait(policy),
             retry=retry_if_exception(lambda exc: retryable(exc, policy)),
             sleep=self.sleep,
+            before_sleep=waiting,
             reraise=True,
         )
         async for attempt in retrying:
@@ -176,6 +189,7 @@ class Attempts:
         attempt: int,
         failure: str | None = None,
     ) -> Any:
+        enter_attempt(attempt)  # what a model call made by this attempt names
         self.events.emit("attempt.started", step.id, attempt, action=action.tool)
         try:
             if action.is_agent:

@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from contextvars import ContextVar
 
-__all__ = ["PLANNER", "PLAN_REVIEW", "current_scope", "enter_scope", "step_of"]
+__all__ = [
+    "PLANNER",
+    "PLAN_REVIEW",
+    "current_attempt",
+    "current_scope",
+    "enter_attempt",
+    "enter_scope",
+    "step_of",
+]
 
 PLANNER = "(planner)"
 """The scope of the planner's model calls (step ids cannot contain parentheses)."""
@@ -12,6 +20,7 @@ PLAN_REVIEW = "(plan)"
 """The scope of the decision on a model-written plan."""
 
 _scope: ContextVar[str | None] = ContextVar("planloom_scope", default=None)
+_attempt: ContextVar[int | None] = ContextVar("planloom_attempt", default=None)
 
 
 def current_scope() -> str | None:
@@ -29,3 +38,13 @@ def step_of(scope: str) -> str | None:
     if scope in (PLANNER, PLAN_REVIEW):
         return None
     return scope.split("[", 1)[0]
+
+
+def current_attempt() -> int | None:
+    """The attempt of the step the running code belongs to (what its events name)."""
+    return _attempt.get()
+
+
+def enter_attempt(number: int) -> None:
+    """Mark the current task as running attempt `number` of its step."""
+    _attempt.set(number)

@@ -29,11 +29,13 @@ EventKind = Literal[
     "step.finished",
     "attempt.started",
     "attempt.finished",
+    "attempt.retrying",
     "tool.called",
     "tool.finished",
     "gate.decided",
     "human.answered",
     "llm.called",
+    "llm.waiting",
 ]
 
 

@@ -25,7 +25,7 @@ from engine._compiled import CompiledAction, CompiledStep
 from engine._gc import collector_paused, freeze_survivors, heap_frozen
 from engine._graph import plan_edges, step_dependencies
 from engine._scheduler import Scheduler
-from engine._scope import enter_scope
+from engine._scope import current_attempt, current_scope, enter_scope, step_of
 from engine._secrets import Secrets
 from engine.agent import AgentRunner
 from engine.approval import Approver, FailClosed, Gatekeeper
@@ -129,6 +129,7 @@ class Executor:
         self.sandbox.dry_run = dry_run
         if llm is not None:
             llm.on_call = self._llm_called
+            llm.on_wait = self._llm_waiting
             if "llm" in plan.limits.per_family:  # agents' model turns too, not only llm.*
                 llm.limit = asyncio.Semaphore(plan.limits.per_family["llm"])
         # Each step's result once it ended (a step not in it is pending): a pending result
@@ -344,13 +345,21 @@ class Executor:
         return None
 
     def _llm_called(self, result: ChatResult) -> None:
+        step_id, attempt = _caller()
         self.events.emit(
             "llm.called",
+            step_id,
+            attempt,
+            model=self.llm.config.model if self.llm is not None else None,
             prompt_tokens=result.prompt_tokens,
             completion_tokens=result.completion_tokens,
             latency=round(result.latency, 4),
             tool_calls=len(result.tool_calls),
         )
+
+    def _llm_waiting(self, seconds: float, why: str) -> None:
+        step_id, attempt = _caller()
+        self.events.emit("llm.waiting", step_id, attempt, wait=round(seconds, 3), reason=why)
 
     def _usage(self) -> Usage:
         usage = Usage(tool_calls=self.sandbox.calls)
@@ -471,3 +480,10 @@ class Executor:
 async def run_plan(plan: Plan, *, registry: Registry, base_dir: Path, **kwargs: Any) -> RunResult:
     """Run `plan` once and return the result (see `Executor` for the arguments)."""
     return await Executor(plan, registry=registry, base_dir=base_dir, **kwargs).run()
+
+
+def _caller() -> tuple[str | None, int | None]:
+    """The step and attempt the running code belongs to: a model call's, for its events."""
+    scope = current_scope()
+    step_id = step_of(scope) if scope is not None else None
+    return step_id, current_attempt() if step_id is not None else None

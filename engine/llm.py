@@ -134,6 +134,8 @@ class LLMClient:
     # Live calls at once (a run's `limits.per_family: {llm: N}`); answers from a cassette
     # or a journal wait for nothing.
     limit: asyncio.Semaphore | None = None
+    # Each wait before a retry (a 429's Retry-After, the backoff): its seconds and why.
+    on_wait: Callable[[float, str], None] | None = None
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -229,6 +231,12 @@ class LLMClient:
         async with self.limit:
             return await self._live(kwargs)
 
+    def _waiting(self, state: RetryCallState) -> None:
+        if self.on_wait is not None:
+            failed = state.outcome.exception() if state.outcome is not None else None
+            seconds = state.next_action.sleep if state.next_action is not None else 0.0
+            self.on_wait(seconds, _why(failed))
+
     async def _live(self, kwargs: dict[str, Any]) -> ChatResult:
         import openai
 
@@ -237,6 +245,7 @@ class LLMClient:
             wait=_backoff,
             retry=retry_if_exception(_transient),
             sleep=self.sleep,
+            before_sleep=self._waiting,
             reraise=True,
         )
         started = time.monotonic()
@@ -357,6 +366,19 @@ def extract_json(text: str) -> Any:
     except TooDeep as exc:
         raise NoJSON(f"the model's answer is unusable: {exc.message}", rule=exc.rule) from None
     raise NoJSON(f"the model's answer holds no JSON: {text[:200]!r}")
+
+
+def _why(exc: BaseException | None) -> str:
+    """What a retried model call met, in a few words (no body: it may quote the prompt)."""
+    import openai
+
+    if isinstance(exc, openai.APIStatusError):
+        return "rate limited (429)" if exc.status_code == 429 else f"status {exc.status_code}"
+    if isinstance(exc, openai.APITimeoutError):
+        return "timed out"
+    if isinstance(exc, openai.APIConnectionError):
+        return "connection failed"
+    return "a broken response"
 
 
 def _transient(exc: BaseException) -> bool:

@@ -2,9 +2,32 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
+from pydantic import SecretStr
+
+from capabilities import default_registry
+from engine._yaml import parse_recipe_text
+from engine.approval import ApproveAll
 from engine.events import Event, EventBus
+from engine.executor import Executor
+from engine.llm import Budget, LLMClient, LLMConfig
+from engine.results import RunResult
+from engine.testing import (
+    ChatReply,
+    ChatRequest,
+    Fail,
+    FakeOpenAIServer,
+    Fault,
+    ScriptedTools,
+    ToolCall,
+    instant_sleep,
+)
+from engine.validation import validate_plan
+from planners.react import ReactAgent
 
 
 def test_sinks_see_each_event_redacted_once_and_other_subscribers_see_it_as_made() -> None:
@@ -53,3 +76,104 @@ def test_a_failing_sink_is_dropped_and_the_others_go_on() -> None:
     bus.emit("step.started", "b")
     assert [e.step_id for e in kept] == ["a", "b"]
     assert bus.sinks == (kept.append,)
+
+
+# -- events of a run: which step and attempt they belong to, and the waits ---------------
+
+
+def _run(
+    text: str, base_dir: Path, model: Any = None, faults: tuple[Fault, ...] = ()
+) -> tuple[RunResult, list[Event], list[float]]:
+    """Run a recipe with a scripted model behind a fake endpoint; the events and the
+    model client's sleeps (recorded, not slept)."""
+    registry = default_registry()
+    tools = ScriptedTools(registry)
+    tools.script("flaky", Fail("down"), Fail("down"), "up")
+    data, source = parse_recipe_text(text, "<events>")
+    plan = validate_plan(data, source, registry, base_dir=base_dir)
+    events: list[Event] = []
+    slept: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    with FakeOpenAIServer(model or (lambda request: "done")) as server:
+        server.inject(*faults)
+
+        async def go() -> RunResult:
+            config = LLMConfig(model="m", base_url=server.base_url, api_key=SecretStr("k"))
+            client = LLMClient(config, budget=Budget(), sleep=sleep)
+            bus = EventBus("r")
+            bus.subscribe(events.append)
+            try:
+                executor = Executor(
+                    plan,
+                    registry=registry,
+                    base_dir=base_dir,
+                    approver=ApproveAll(),
+                    agent_runner=ReactAgent(client),
+                    llm=client,
+                    events=bus,
+                    sleep=instant_sleep,
+                )
+                return await executor.run()
+            finally:
+                await client.aclose()
+
+        return asyncio.run(go()), events, slept
+
+
+def _recipe(*steps: dict[str, Any]) -> str:
+    return json.dumps(
+        {"version": 1, "name": "ev", "capabilities": {"test": {}, "llm": {}}, "steps": list(steps)}
+    )
+
+
+def test_the_model_calls_of_an_agent_step_name_that_step_and_its_attempt(tmp_path: Path) -> None:
+    def model(request: ChatRequest) -> ChatReply | str:
+        if any(m.get("role") == "tool" for m in request.messages):
+            return "done"
+        return ChatReply(tool_calls=[ToolCall("test__run", {"key": "a", "value": 1})])
+
+    text = _recipe(
+        {"id": "plain", "tool": "test.run", "params": {"key": "p", "value": 0}},
+        {"id": "think", "agent": {"goal": "look it up", "tools": ["test.run"]}},
+    )
+    result, events, _ = _run(text, tmp_path, model)
+    assert result.status == "succeeded"
+    calls = [e for e in events if e.kind == "llm.called"]
+    assert len(calls) == 2
+    assert {(e.run_id, e.step_id, e.attempt) for e in calls} == {("r", "think", 1)}
+    assert all(e.data["model"] == "m" and e.data["prompt_tokens"] > 0 for e in calls)
+    tool = [e for e in events if e.kind == "tool.called" and e.step_id == "think"]
+    assert [(e.attempt, e.data["action"]) for e in tool] == [(1, "test.run")]
+
+
+def test_a_rate_limited_model_call_waits_as_retry_after_says_and_says_so(tmp_path: Path) -> None:
+    text = _recipe({"id": "think", "agent": {"goal": "answer", "tools": []}})
+    result, events, slept = _run(text, tmp_path, faults=(Fault.status(429, retry_after=2),))
+    assert result.status == "succeeded"
+    assert slept == [2.0]
+    [wait] = [e for e in events if e.kind == "llm.waiting"]
+    assert (wait.step_id, wait.attempt) == ("think", 1)
+    assert wait.data == {"wait": 2.0, "reason": "rate limited (429)"}
+
+
+def test_each_retry_of_a_step_is_an_event_with_its_wait(tmp_path: Path) -> None:
+    text = _recipe(
+        {
+            "id": "flaky",
+            "tool": "test.run",
+            "params": {"key": "flaky"},
+            "retry": {"attempts": 3, "backoff": "fixed", "initial": 0.5},
+        }
+    )
+    result, events, _ = _run(text, tmp_path)
+    assert result.steps["flaky"].status == "succeeded"
+    assert result.steps["flaky"].attempts == 3
+    retries = [e for e in events if e.kind == "attempt.retrying"]
+    assert [(e.step_id, e.attempt, e.data["wait"]) for e in retries] == [
+        ("flaky", 1, 0.5),
+        ("flaky", 2, 0.5),
+    ]
+    assert all("down" in e.data["error"] for e in retries)
