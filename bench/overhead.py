@@ -8,12 +8,14 @@ asyncio executor with the same `max_parallel`. The difference per step is the en
 overhead; the target is at most 50 µs per step. A second figure times parsing and
 validating a 10,000-step recipe of the same shape (target: under 2 s). A third figure is
 what journaling the run to a SQLite run store adds ("store on" against "store off", the
-same DAG in the same process; target: at most 30 µs per step).
+same DAG in the same process; target: at most 30 µs per step). A fourth is what tracing
+costs: off (no `--otel`, no OTLP endpoint; target: at most 1 µs per step) and on (every
+span exported over OTLP/HTTP to a collector stand-in in another process).
 
 Usage:
     python bench/overhead.py [--steps 2000] [--width 20] [--repeat 5]
                              [--validate-steps 10000] [--seed N] [--json] [--profile]
-                             [--store-only] [--store-dir DIR]
+                             [--store-only | --tracing-only] [--store-dir DIR]
 """
 
 from __future__ import annotations
@@ -34,13 +36,16 @@ import tempfile
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
+from _collector import Collector
+
 from capabilities import Registry, default_registry
 from engine._sqlite_store import open_store
+from engine.app.telemetry import Telemetry
 from engine.approval import Approver, FailClosed
 from engine.events import Event, EventBus
 from engine.executor import Executor
@@ -56,6 +61,7 @@ from planners.recipe import parse_recipe_text
 TARGET_US_PER_STEP = 50.0
 TARGET_VALIDATE_SECONDS = 2.0
 TARGET_STORE_US_PER_STEP = 30.0
+TARGET_TRACING_OFF_US_PER_STEP = 1.0
 DEFAULT_SEED = 1234
 BASE_DIR = Path(__file__).resolve().parent
 
@@ -182,10 +188,20 @@ def clear_template_caches() -> None:
     Template.parse.cache_clear()
 
 
-def run_engine(text: str, registry: Registry, store: Path | None = None) -> EngineRun:
+def run_engine(
+    text: str,
+    registry: Registry,
+    store: Path | None = None,
+    tracing: Mapping[str, str] | None = None,
+) -> EngineRun:
     """Parse, validate and run the recipe; with `store`, journaled to the SQLite store at
     that path, as `planloom run` does (the store's opening, the plan entry, every step and
-    call, the end entry and the close are all in `exec_seconds`)."""
+    call, the end entry and the close are all in `exec_seconds`).
+
+    `tracing`: the environment `planloom` decides tracing from (`Telemetry.start`); on,
+    the run's spans are made and exported as the command exports them, and the final
+    export (the provider's shutdown) is in `exec_seconds` too.
+    """
     clear_template_caches()
     events: list[Event] = []
     with GcClock() as gc_clock:
@@ -197,6 +213,9 @@ def run_engine(text: str, registry: Registry, store: Path | None = None) -> Engi
         cpu = time.process_time()
         bus = EventBus("bench")
         bus.subscribe(events.append)
+        telemetry = Telemetry.start(flag=False, environ=tracing) if tracing is not None else None
+        if telemetry is not None:
+            telemetry.follow(bus)
         if store is None:
             executor = Executor(
                 plan, registry=registry, base_dir=BASE_DIR, events=bus, run_id="bench"
@@ -204,6 +223,8 @@ def run_engine(text: str, registry: Registry, store: Path | None = None) -> Engi
             result = asyncio.run(executor.run())
         else:
             result = run_journaled(plan, registry, bus, store)
+        if telemetry is not None:
+            telemetry.close()
         finished = time.perf_counter()
         cpu = time.process_time() - cpu
     return EngineRun(
@@ -480,6 +501,62 @@ def measure_store(args: argparse.Namespace, registry: Registry) -> dict[str, Any
     }
 
 
+def measure_tracing(args: argparse.Namespace, registry: Registry) -> dict[str, Any]:
+    """Tracing off and on against no tracing at all, the same DAG interleaved in this
+    process (execute phase; paired differences, median).
+
+    "off" is what `planloom` does without `--otel` or an OTLP endpoint: it asks
+    `Telemetry.start`, which adds nothing. "on" exports every span over OTLP/HTTP to a
+    collector stand-in in another process (`bench/_collector.py`, which reads each payload
+    and answers 200), the provider made, fed and shut down in the timed phase.
+    """
+    nodes = layered_dag(args.steps, args.width, args.seed)
+    text = recipe_text(nodes, args.width)
+    expected = expected_outputs(nodes)
+    steps = len(nodes)
+    with Collector() as collector:
+        environ = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url}
+        variants: dict[str, Mapping[str, str] | None] = {"none": None, "off": {}, "on": environ}
+        check_engine(run_engine(text, registry, tracing=environ), expected)  # warm-up
+        spans_before = collector.spans()
+        runs: dict[str, list[EngineRun]] = {name: [] for name in variants}
+        for index in range(args.repeat):
+            order = list(variants) if index % 2 == 0 else list(reversed(variants))
+            for name in order:
+                gc.collect()
+                run = run_engine(text, registry, tracing=variants[name])
+                check_engine(run, expected)
+                runs[name].append(run)
+        exported = (collector.spans() - spans_before) / args.repeat
+    # Each traced run exports a run span and a step, attempt and tool span per step.
+    if exported != 1 + 3 * steps:
+        raise SystemExit(f"the collector got {exported:g} spans per run, not {1 + 3 * steps}")
+
+    def added(name: str) -> list[float]:
+        pairs = zip(runs[name], runs["none"], strict=True)
+        return [(a.exec_seconds - b.exec_seconds) / steps * 1e6 for a, b in pairs]
+
+    off, on = added("off"), added("on")
+    return {
+        "tracing_steps": steps,
+        "tracing_repeat": args.repeat,
+        "tracing_none_exec_us_per_step": statistics.median(r.exec_seconds for r in runs["none"])
+        / steps
+        * 1e6,
+        "tracing_off_added_us_per_step": statistics.median(off),
+        "tracing_off_added_us_per_step_min": min(off),
+        "tracing_off_added_us_per_step_max": max(off),
+        "tracing_on_added_us_per_step": statistics.median(on),
+        "tracing_on_added_us_per_step_min": min(on),
+        "tracing_on_added_us_per_step_max": max(on),
+        "tracing_on_ratio": statistics.median(r.exec_seconds for r in runs["on"])
+        / statistics.median(r.exec_seconds for r in runs["none"]),
+        "tracing_spans_per_run": exported,
+        "tracing_off_target_us_per_step": TARGET_TRACING_OFF_US_PER_STEP,
+        "tracing_off_target_met": statistics.median(off) <= TARGET_TRACING_OFF_US_PER_STEP,
+    }
+
+
 def profile_engine(args: argparse.Namespace, registry: Registry, limit: int = 25) -> str:
     """cProfile of one whole engine run (after a warm-up), by own time and by cumulative;
     then the same of one run journaled to a store, with where the journal's time goes."""
@@ -568,7 +645,28 @@ def report(figures: dict[str, Any]) -> str:
         lines.append(report_overhead(figures))
     if "store_steps" in figures:
         lines.append(report_store(figures))
+    if "tracing_steps" in figures:
+        lines.append(report_tracing(figures))
     return "\n".join(lines)
+
+
+def report_tracing(f: dict[str, Any]) -> str:
+    verdict = "MET" if f["tracing_off_target_met"] else "MISSED"
+    return "\n".join(
+        [
+            f"tracing: {f['tracing_steps']} steps; execute phase against no tracing at all, "
+            f"median of {f['tracing_repeat']} paired runs",
+            f"  no tracing:          {f['tracing_none_exec_us_per_step']:8.1f} µs/step",
+            f"  off, added:          {f['tracing_off_added_us_per_step']:8.2f} µs/step  "
+            f"(paired runs: {f['tracing_off_added_us_per_step_min']:.2f} to "
+            f"{f['tracing_off_added_us_per_step_max']:.2f}); target ≤ "
+            f"{f['tracing_off_target_us_per_step']:g}: {verdict}",
+            f"  on (OTLP/HTTP), added: {f['tracing_on_added_us_per_step']:6.1f} µs/step  "
+            f"(paired runs: {f['tracing_on_added_us_per_step_min']:.1f} to "
+            f"{f['tracing_on_added_us_per_step_max']:.1f}; {f['tracing_on_ratio']:.2f}x; "
+            f"{f['tracing_spans_per_run']:.0f} spans exported per run)",
+        ]
+    )
 
 
 def report_store(f: dict[str, Any]) -> str:
@@ -655,6 +753,9 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--store-only", action="store_true", help="only the store on vs off figure")
     parser.add_argument(
+        "--tracing-only", action="store_true", help="only the tracing off/on figures"
+    )
+    parser.add_argument(
         "--store-dir",
         default=None,
         metavar="DIR",
@@ -673,9 +774,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     registry = make_registry()
     figures: dict[str, Any] = {}
-    if not args.store_only:
+    if not (args.store_only or args.tracing_only):
         figures |= measure_overhead(args, registry) | measure_validation(args, registry)
-    figures |= measure_store(args, registry)
+    if not args.tracing_only:
+        figures |= measure_store(args, registry)
+    if not args.store_only:
+        figures |= measure_tracing(args, registry)
     print(json.dumps(figures, indent=2) if args.json else report(figures))
     if args.profile:
         print(profile_engine(args, registry), file=sys.stderr)

@@ -190,7 +190,14 @@ class Attempts:
         failure: str | None = None,
     ) -> Any:
         enter_attempt(attempt)  # what a model call made by this attempt names
-        self.events.emit("attempt.started", step.id, attempt, action=action.tool)
+        self.events.emit(
+            "attempt.started",
+            step.id,
+            attempt,
+            action=action.tool,
+            agent=action.is_agent or None,
+            item=context.get("index"),
+        )
         try:
             if action.is_agent:
                 output = await self.agents.run(step, action, context, attempt, failure)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from engine._model_events import ModelCallEvents
 from engine._secrets import Secrets
 from engine._threads import DaemonThreadPool
 from engine._yaml import parse_recipe_text
@@ -59,6 +60,8 @@ class SessionRun:
     config: LLMConfig | None
     kept: dict[str, StepResult] = field(default_factory=dict)
     planned: list[Plan | None] = field(default_factory=list)
+    # A goal session's own events: its planning and replanning (`Frontend.watch`).
+    events: EventBus | None = None
 
     def _client(self) -> LLMClient | None:
         if self.config is None:
@@ -84,33 +87,54 @@ class SessionRun:
 
     async def go(self, plan: Plan | None) -> SessionResult:
         client = self._client()
+        status = "cancelled"  # unless it ends
         try:
             if client is not None and not self.session._offline:
                 await client.preflight()
             if self.goal is not None:
                 assert client is not None
-                try:
-                    plan = await self._plan(client)
-                    self.planned.append(plan)
-                except StepError as exc:  # the model failed us: nothing ran
-                    self.frontend.say(f"planning failed: {exc.message}")
-                    failed = RunResult(
-                        run_id=self._run_id(),
-                        status="failed",
-                        errors=[exc.message],
-                        usage=_spent(client),
-                    )
-                    return SessionResult(failed, None)
-                if plan is None:
-                    rejected = RunResult(
-                        run_id=self._run_id(), status="rejected", usage=_spent(client)
-                    )
-                    return SessionResult(rejected, None)
-            assert plan is not None
-            return await self._run_and_replan(plan, client)
+                self._watch(client)
+            outcome = await self._go(plan, client)
+            status = outcome.result.status
+            return outcome
+        except Exception:
+            status = "failed"
+            raise
         finally:
+            if self.events is not None:
+                self.events.emit("session.finished", status=status)
             if client is not None:
                 await client.aclose()
+
+    def _watch(self, client: LLMClient) -> None:
+        """The goal session's own events, for the frontend to follow: redacted as the
+        model client redacts what it sends."""
+        client.secrets.add_environ()
+        events = EventBus(self._run_id(), redact=client.secrets.redact_value)
+        self.frontend.watch(events)
+        self.events = events
+        events.emit("session.started", goal=self.goal)
+
+    async def _go(self, plan: Plan | None, client: LLMClient | None) -> SessionResult:
+        if self.goal is not None:
+            assert client is not None
+            try:
+                plan = await self._plan(client)
+                self.planned.append(plan)
+            except StepError as exc:  # the model failed us: nothing ran
+                self.frontend.say(f"planning failed: {exc.message}")
+                failed = RunResult(
+                    run_id=self._run_id(),
+                    status="failed",
+                    errors=[exc.message],
+                    usage=_spent(client),
+                )
+                return SessionResult(failed, None)
+            if plan is None:
+                rejected = RunResult(run_id=self._run_id(), status="rejected", usage=_spent(client))
+                return SessionResult(rejected, None)
+        assert plan is not None
+        return await self._run_and_replan(plan, client)
 
     async def _run_and_replan(self, plan: Plan, client: LLMClient | None) -> SessionResult:
         outcome = await self._execute(plan, client, self.kept)
@@ -148,7 +172,31 @@ class SessionRun:
         context: str | None = None,
         keep: list[dict[str, Any]] | None = None,
     ) -> Plan | None:
-        """Plan the goal, show the plan, have it reviewed; None if it was rejected."""
+        """Plan the goal, show the plan, have it reviewed; None if it was rejected. Its
+        model calls and how it ended are the session's events."""
+        events = self.events
+        if events is None:
+            return await self._planned(client, context=context, keep=keep)
+        ModelCallEvents(client, events).install()  # a run's executor installs its own
+        events.emit("plan.started", replan=context is not None)
+        try:
+            plan = await self._planned(client, context=context, keep=keep)
+        except StepError as exc:
+            events.emit("plan.finished", outcome="failed", error=exc.message)
+            raise
+        if plan is None:
+            events.emit("plan.finished", outcome="rejected")
+        else:
+            events.emit("plan.finished", outcome="accepted", steps=len(plan.steps))
+        return plan
+
+    async def _planned(
+        self,
+        client: LLMClient,
+        *,
+        context: str | None = None,
+        keep: list[dict[str, Any]] | None = None,
+    ) -> Plan | None:
         session = self.session
         frontend = self.frontend
         if session.planner is None:

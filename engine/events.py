@@ -20,9 +20,13 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Event", "EventBus", "EventKind", "structlog_subscriber"]
+__all__ = ["Event", "EventBus", "EventKind", "Subscriber", "structlog_subscriber"]
 
 EventKind = Literal[
+    "session.started",
+    "session.finished",
+    "plan.started",
+    "plan.finished",
     "run.started",
     "run.finished",
     "step.started",

@@ -24,8 +24,9 @@ from engine._attempts import Attempts, Sleep, Tally
 from engine._compiled import CompiledAction, CompiledStep
 from engine._gc import collector_paused, freeze_survivors, heap_frozen
 from engine._graph import plan_edges, step_dependencies
+from engine._model_events import ModelCallEvents
 from engine._scheduler import Scheduler
-from engine._scope import current_attempt, current_scope, enter_scope, step_of
+from engine._scope import enter_scope
 from engine._secrets import Secrets
 from engine.agent import AgentRunner
 from engine.approval import Approver, FailClosed, Gatekeeper
@@ -37,10 +38,18 @@ from engine.errors import (
 )
 from engine.events import EventBus
 from engine.inputs import resolve_inputs
-from engine.llm import ChatResult, LLMClient
+from engine.llm import LLMClient
 from engine.model import Plan, Step
 from engine.questions import Question
-from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus, Usage
+from engine.results import (
+    BLOCKING,
+    RunResult,
+    RunStatus,
+    StepResult,
+    StepStatus,
+    StepUsage,
+    Usage,
+)
 from engine.sandbox import LiveResults, Results, Sandbox
 from engine.templating import (
     Namespace,
@@ -128,8 +137,7 @@ class Executor:
         self.preloaded = dict(preloaded or {})
         self.sandbox.dry_run = dry_run
         if llm is not None:
-            llm.on_call = self._llm_called
-            llm.on_wait = self._llm_waiting
+            ModelCallEvents(llm, self.events, spend=self._spend_model).install()
             if "llm" in plan.limits.per_family:  # agents' model turns too, not only llm.*
                 llm.limit = asyncio.Semaphore(plan.limits.per_family["llm"])
         # Each step's result once it ended (a step not in it is pending): a pending result
@@ -142,6 +150,9 @@ class Executor:
         for section in ("steps", "finally"):  # found here, with the collector paused
             plan_edges(plan, section)
         self._compiled: dict[str, CompiledStep] = {}
+        # Model calls and tokens per running step; usages made, by value (see StepUsage).
+        self._model_spent: dict[str, list[int]] = {}
+        self._usages: dict[tuple[int, ...], StepUsage] = {}
         self.agents = AgentSteps(
             agent_runner, registry, self.sandbox, plan.capabilities, self._primary
         )
@@ -344,22 +355,28 @@ class Executor:
             )
         return None
 
-    def _llm_called(self, result: ChatResult) -> None:
-        step_id, attempt = _caller()
-        self.events.emit(
-            "llm.called",
-            step_id,
-            attempt,
-            model=self.llm.config.model if self.llm is not None else None,
-            prompt_tokens=result.prompt_tokens,
-            completion_tokens=result.completion_tokens,
-            latency=round(result.latency, 4),
-            tool_calls=len(result.tool_calls),
-        )
+    def _spend_model(self, step_id: str, prompt_tokens: int, completion_tokens: int) -> None:
+        spent = self._model_spent.get(step_id)
+        if spent is None:
+            spent = self._model_spent[step_id] = [0, 0, 0]
+        spent[0] += 1
+        spent[1] += prompt_tokens
+        spent[2] += completion_tokens
 
-    def _llm_waiting(self, seconds: float, why: str) -> None:
-        step_id, attempt = _caller()
-        self.events.emit("llm.waiting", step_id, attempt, wait=round(seconds, 3), reason=why)
+    def _step_usage(self, step_id: str) -> StepUsage | None:
+        """What the step spent (taken from the counters), or None if it made no call.
+        Equal usages share one frozen instance."""
+        tools = self.sandbox.step_calls.pop(step_id, 0)
+        model = self._model_spent.pop(step_id, None)
+        if not tools and model is None:
+            return None
+        key = (*(model or (0, 0, 0)), tools)
+        usage = self._usages.get(key)
+        if usage is None:
+            usage = self._usages[key] = StepUsage(
+                llm_calls=key[0], prompt_tokens=key[1], completion_tokens=key[2], tool_calls=tools
+            )
+        return usage
 
     def _usage(self) -> Usage:
         usage = Usage(tool_calls=self.sandbox.calls)
@@ -420,6 +437,11 @@ class Executor:
         return context
 
     def _finish(self, step_id: str, result: StepResult, *, emit: bool = True) -> StepResult:
+        usage = self._step_usage(step_id)
+        if usage is not None:  # a step kept from before keeps what it spent then
+            # Not `result.usage = usage`: pydantic would also record the field as set,
+            # growing each result's set of set fields to 32 slots (50 MB at 100,000 steps).
+            result.__dict__["usage"] = usage
         transcript = self.agents.transcripts.get(step_id)
         if transcript:
             result.transcript = self.secrets.redact_value(transcript)
@@ -480,10 +502,3 @@ class Executor:
 async def run_plan(plan: Plan, *, registry: Registry, base_dir: Path, **kwargs: Any) -> RunResult:
     """Run `plan` once and return the result (see `Executor` for the arguments)."""
     return await Executor(plan, registry=registry, base_dir=base_dir, **kwargs).run()
-
-
-def _caller() -> tuple[str | None, int | None]:
-    """The step and attempt the running code belongs to: a model call's, for its events."""
-    scope = current_scope()
-    step_id = step_of(scope) if scope is not None else None
-    return step_id, current_attempt() if step_id is not None else None

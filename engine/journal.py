@@ -43,7 +43,7 @@ from engine.errors import ReplayMismatch, StepError, StepFailed
 from engine.events import Event
 from engine.llm import Answers, ChatResult
 from engine.questions import Question
-from engine.results import KEPT, Decision, RunResult, StepResult
+from engine.results import KEPT, NO_USAGE, Decision, RunResult, StepResult
 from engine.sandbox import Results, ToolCall
 from engine.store import EntryKind, JSONText, RunStore
 
@@ -212,6 +212,8 @@ class Journal:
             ended["error"] = result.error
         if result.transcript is not None:
             ended["transcript"] = result.transcript
+        if result.usage != NO_USAGE:  # a resumed run keeps what a kept step spent
+            ended["usage"] = result.usage.model_dump()
         data: dict[str, Any] = {
             "result": ended,
             "started": self._started.pop(step_id, None),

@@ -25,7 +25,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 
 from engine._limits import TooDeep, decode_json, loads_json
 from engine._secrets import Secrets
-from engine.errors import ConfigurationError, StepFailed, StepTimeout
+from engine.errors import ConfigurationError, PlanloomError, StepError, StepFailed, StepTimeout
 from engine.llm_config import Budget, LLMConfig, resolve_llm_config
 
 if TYPE_CHECKING:
@@ -136,6 +136,8 @@ class LLMClient:
     limit: asyncio.Semaphore | None = None
     # Each wait before a retry (a 429's Retry-After, the backoff): its seconds and why.
     on_wait: Callable[[float, str], None] | None = None
+    # A call that failed for good (retries spent, key refused): the error and its seconds.
+    on_fail: Callable[[PlanloomError, float], None] | None = None
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -219,7 +221,13 @@ class LLMClient:
             kwargs["response_format"] = response_format
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
-        result = await self.answers.chat(kwargs, self._call, self._count)
+        started = time.monotonic()
+        try:
+            result = await self.answers.chat(kwargs, self._call, self._count)
+        except (StepError, ConfigurationError) as exc:  # a call made that failed
+            if self.on_fail is not None:
+                self.on_fail(exc, time.monotonic() - started)
+            raise
         if self.on_call is not None:
             self.on_call(result)
         return result

@@ -6,10 +6,11 @@ import json
 import time
 from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 __all__ = [
     "KEPT",
+    "NO_USAGE",
     "STATUS_STYLE",
     "TERMINAL",
     "Decision",
@@ -18,6 +19,7 @@ __all__ = [
     "RunStatus",
     "StepResult",
     "StepStatus",
+    "StepUsage",
     "Usage",
 ]
 
@@ -57,6 +59,25 @@ STATUS_STYLE: dict[str, str] = {
 report draw a status in the same hue."""
 
 
+class StepUsage(BaseModel):
+    """Counted calls and tokens for one step: its attempts, fallback, `for_each` items and
+    agent turns. Model calls that failed count, as in the run's usage.
+
+    Frozen: steps that spent the same share one instance (most steps of a large plan make
+    one tool call and nothing else; 100,000 copies would cost 50 MB).
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    llm_calls: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    tool_calls: int = 0
+
+
+NO_USAGE = StepUsage()
+
+
 class StepResult(BaseModel):
     """How one step ended."""
 
@@ -64,6 +85,7 @@ class StepResult(BaseModel):
     output: Any = None
     error: str | None = None
     attempts: int = 0
+    usage: StepUsage = Field(NO_USAGE, description="What this step spent on models and tools.")
     transcript: list[dict[str, Any]] | None = Field(
         None, description="Agent steps: every tool call as it really went."
     )

@@ -130,6 +130,8 @@ class Sandbox:
     scopes: dict[str, Any] = field(default_factory=dict)
     per_family: dict[str, int] = field(default_factory=dict)
     calls: int = 0
+    # Calls counted per step until the step ends (`Executor` takes its count then).
+    step_calls: dict[str, int] = field(default_factory=dict)
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
     _slots: dict[str, asyncio.Semaphore | None] = field(default_factory=dict, init=False)
 
@@ -186,9 +188,11 @@ class Sandbox:
             StepFailed: it failed.
             BudgetExceeded: the run's tool-call budget is used up.
         """
+        number: int | None = None  # the call's number in the run, once it is counted
         try:
             action, grant, model = self._admit(name, params, step_id)
             self._spend(step_id)
+            number = self.calls
             side_effects = action.has_side_effects(model)
             if self.dry_run and side_effects:
                 raise DryRun(name, params, step_id=step_id)
@@ -227,7 +231,7 @@ class Sandbox:
                     model = action.params_model.model_validate(params)
                     call = call._replace(params=params)
         except StepError as exc:  # refused before anything ran
-            self._audit(name, step_id, attempt, "denied", exc)
+            self._audit(name, step_id, attempt, "denied", exc, number)
             raise
         limit = timeout if timeout is not None else self.default_timeout
         ctx = CallContext(
@@ -247,6 +251,7 @@ class Sandbox:
                 "tool.called",
                 step_id,
                 attempt,
+                call=number,
                 action=name,
                 decision="allowed",
                 rule=f"grant.{action.family}",
@@ -273,13 +278,14 @@ class Sandbox:
         except StepError as exc:
             exc.step_id = exc.step_id or step_id
             exc.attempt = exc.attempt or attempt
-            self._audit(name, step_id, attempt, "allowed", exc)
+            self._audit(name, step_id, attempt, "allowed", exc, number)
             raise
         if events is not None:
             events.emit(
                 "tool.finished",
                 step_id,
                 attempt,
+                call=number,
                 action=name,
                 decision="allowed",
                 rule=f"grant.{action.family}",
@@ -333,9 +339,16 @@ class Sandbox:
                 step_id=step_id,
             )
         self.calls += 1
+        self.step_calls[step_id] = self.step_calls.get(step_id, 0) + 1
 
     def _audit(
-        self, name: str, step_id: str, attempt: int, decision: str, error: StepError
+        self,
+        name: str,
+        step_id: str,
+        attempt: int,
+        decision: str,
+        error: StepError,
+        number: int | None,
     ) -> None:
         """One event per refused or failed call, naming the rule that decided."""
         if self.events is not None:
@@ -343,6 +356,7 @@ class Sandbox:
                 "tool.finished",
                 step_id,
                 attempt,
+                call=number,
                 action=name,
                 decision=decision,
                 rule=_rule(error),

@@ -77,6 +77,11 @@ class Frontend(PlanReview, Protocol):
         """Subscribe to a run's events; the approver for its gates."""
         ...
 
+    def watch(self, events: EventBus) -> None:
+        """Subscribe to a goal session's own events: its planning and replanning
+        (`session.*`, `plan.*`, and the planner's `llm.*`); its runs are `attach`ed."""
+        ...
+
 
 class Session:
     """Sessions over a registry, with a planner, an agent runner and maybe a recorder.

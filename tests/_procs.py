@@ -67,7 +67,7 @@ def env(**extra: str) -> dict[str, str]:
         k: v
         for k, v in os.environ.items()
         if k not in {"CI", "PYTHONPATH", "COLUMNS", "LINES"}
-        and not k.startswith(("OPENAI_", "PLANLOOM_"))
+        and not k.startswith(("OPENAI_", "PLANLOOM_", "OTEL_"))
     }
     clean.update(extra)
     return clean

@@ -149,3 +149,13 @@ def test_help_explains_each_flag(script: str) -> None:
     for flag in [*flags, "--json"]:
         assert flag in done.stdout, flag
     assert "--child" not in done.stdout  # the hidden flag a bench spawns itself with
+
+
+def test_overhead_tracing_reports_off_and_on_and_counts_the_exported_spans() -> None:
+    figures = run_bench("overhead.py", "--tracing-only", "--steps", "100", "--repeat", "1")
+    assert figures["tracing_steps"] == 100
+    assert figures["tracing_spans_per_run"] == 301  # a run span, and 3 per step
+    for key in ("tracing_off_added_us_per_step", "tracing_on_added_us_per_step"):
+        assert isinstance(figures[key], float)
+    assert figures["tracing_off_target_us_per_step"] == 1.0
+    assert "store_steps" not in figures

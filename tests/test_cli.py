@@ -35,7 +35,7 @@ RECIPES = Path(__file__).parent.parent / "recipes"
 TIMEOUT = 60  # seconds; generous for a loaded 2-core machine, a hang still fails the test
 
 RUN_KEYS = {"run_id", "status", "steps", "outputs", "usage"}
-STEP_KEYS = {"status", "output", "error", "attempts"}
+STEP_KEYS = {"status", "output", "error", "attempts", "usage"}
 USAGE_KEYS = {"llm_calls", "prompt_tokens", "completion_tokens", "tool_calls"}
 
 
@@ -45,7 +45,7 @@ def _env(**extra: str) -> dict[str, str]:
         k: v
         for k, v in os.environ.items()
         if k not in {"CI", "PYTHONPATH", "COLUMNS", "LINES"}
-        and not k.startswith(("OPENAI_", "PLANLOOM_", "GITHUB_"))
+        and not k.startswith(("OPENAI_", "PLANLOOM_", "GITHUB_", "OTEL_"))
     }
     env.update(extra)
     return env

@@ -697,8 +697,9 @@ def test_show_json_of_a_finished_run_is_what_run_json_printed(tmp_path: Path) ->
     (tmp_path / "r.yaml").write_text(WRITER, encoding="utf-8")
     printed = run_json("run", "r.yaml", "--yes", "--store", "s.db", cwd=tmp_path)
     assert printed["status"] == "succeeded"
+    assert printed["steps"]["save"]["usage"]["tool_calls"] == 1
     shown = run_json("show", printed["run_id"], "--store", "s.db", cwd=tmp_path)
-    assert shown == printed
+    assert shown == printed  # each step's usage too
     # Found through the default store too, from the recipe's folder.
     again = run_json("run", "r.yaml", "--yes", cwd=tmp_path)
     assert run_json("show", again["run_id"], cwd=tmp_path) == again
@@ -944,3 +945,33 @@ def test_a_call_approved_as_served_never_runs_live_when_the_journal_lacks_it(
     assert asyncio.run(both()) == [{"code": 0}]
     assert ran == []
     store.close()
+
+
+@pytest.mark.parametrize(
+    ("flags", "said"),
+    [
+        (["--policy", "bad-policy.yaml"], "error[yaml-syntax]"),
+        (["--log-file", "no/such/folder/run.log"], "--log-file no/such/folder/run.log"),
+        (["--otel"], "OTEL_EXPORTER_OTLP_PROTOCOL=grpc"),
+    ],
+)
+def test_a_refused_run_flag_leaves_no_run_begun_in_the_store(
+    tmp_path: Path, flags: list[str], said: str
+) -> None:
+    (tmp_path / "r.yaml").write_text(WRITER, encoding="utf-8")
+    (tmp_path / "bad-policy.yaml").write_text("rules: [\n", encoding="utf-8")
+    (tmp_path / "seed.yaml").write_text(WRITER.replace("writer", "seed"), encoding="utf-8")
+    run_json("run", "seed.yaml", "--yes", "--store", "s.db", cwd=tmp_path)  # the store exists
+    proc = cli(
+        "run",
+        "r.yaml",
+        "--yes",
+        "--store",
+        "s.db",
+        *flags,
+        cwd=tmp_path,
+        environ=env(OTEL_EXPORTER_OTLP_PROTOCOL="grpc"),
+    )
+    assert proc.returncode == 2, proc.stderr
+    assert said in proc.stderr
+    assert [row["name"] for row in stored_runs(tmp_path / "s.db", tmp_path)] == ["seed"]

@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import argparse
 
-__all__ = ["RECORD_MODES", "cassette_flags", "model_flags", "run_flags", "store_flag"]
+__all__ = [
+    "RECORD_MODES",
+    "cassette_flags",
+    "model_flags",
+    "otel_flag",
+    "run_flags",
+    "store_flag",
+]
 
 # As engine.cassette.RECORD_MODES (tests/test_cli_startup.py checks they agree); not
 # imported, because `--help` must not import the engine (pydantic and the rest).
@@ -28,6 +35,7 @@ def run_flags(parser: argparse.ArgumentParser, *, yes: str, no: str) -> None:
     parser.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     parser.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
     parser.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
+    otel_flag(parser)
     parser.add_argument(
         "--policy", metavar="FILE", help="allow/ask/deny rules for gated calls (first match wins)"
     )
@@ -39,6 +47,15 @@ def run_flags(parser: argparse.ArgumentParser, *, yes: str, no: str) -> None:
     store_flag(parser)
     model_flags(parser)
     cassette_flags(parser)
+
+
+def otel_flag(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--otel",
+        action="store_true",
+        help="export OpenTelemetry traces over OTLP/HTTP (to OTEL_EXPORTER_OTLP_ENDPOINT, "
+        "else localhost:4318); on by itself when that variable is set",
+    )
 
 
 def store_flag(parser: argparse.ArgumentParser) -> None:

@@ -19,6 +19,7 @@ from engine._sqlite_store import open_store, process_start
 from engine.app.logs import open_log
 from engine.app.outcome import print_result
 from engine.app.output import EXIT_INTERRUPTED, print_json
+from engine.app.telemetry import Telemetry
 from engine.app.terminal import TerminalFrontend
 from engine.capability import Registry
 from engine.cassette import RecordMode
@@ -66,6 +67,7 @@ class RunSettings:
     record_mode: RecordMode | None = None
     live_tools: bool = False
     store: str | None = None
+    otel: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> RunSettings:
@@ -148,6 +150,9 @@ def run_session(
 ) -> SessionResult:
     """The session the settings describe, run to its end, journaled in the run store
     (unless it is a dry run or a pure replay, where nothing is live)."""
+    # What can be refused is read first: a refusal must not leave a run begun in the store.
+    policy = load_policy(settings.policy, registry=registry) if settings.policy else None
+    telemetry = Telemetry.start(flag=settings.otel)
     if tape is None and resume is None:
         tape = open_tape(settings)
     if tape is not None and registry.listings is not tape.listings:
@@ -164,14 +169,14 @@ def run_session(
     )
     session.model_config(start, base)  # no model configured: said before anything else
     inputs = parse_assignments(list(settings.inputs))
+    log_stream = open_log(settings.log_file) if settings.log_file else None
     if resume is not None:
         inputs = {**resume.inputs, **inputs}
         session.journal = resume.journal
     else:
         name = start.name if isinstance(start, Plan) else str(base.get("name") or "plan")
         session.journal = open_journal(settings, base_dir, tape, name=name, recipe=recipe)
-    policy = load_policy(settings.policy, registry=registry) if settings.policy else None
-    log_stream = open_log(settings.log_file) if settings.log_file else None
+    base_url = settings.base_url or os.environ.get("OPENAI_BASE_URL")
     frontend = TerminalFrontend(
         registry,
         base_dir,
@@ -181,6 +186,7 @@ def run_session(
         verbose=settings.verbose,
         log_stream=log_stream,
         save_plan=settings.output,
+        spans=(lambda bus: telemetry.follow(bus, base_url=base_url)) if telemetry else None,
     )
     if tape is not None:
         sys.stderr.write(_banner(tape))
@@ -196,6 +202,8 @@ def run_session(
     finally:
         if log_stream is not None:
             log_stream.close()
+        if telemetry is not None:
+            telemetry.close()
         if session.journal is not None:
             session.journal.store.close()
 

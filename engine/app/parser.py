@@ -12,7 +12,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, NoReturn
 
-from engine.app.flags import run_flags, store_flag
+from engine.app.flags import otel_flag, run_flags, store_flag
 from engine.app.output import EXIT_INVALID
 
 __all__ = ["COMMANDS", "build_parser"]
@@ -87,6 +87,7 @@ def _replay(sub: Subparsers) -> None:
     replay.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     replay.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
     replay.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
+    otel_flag(replay)
     replay.add_argument(
         "--live-tools",
         action="store_true",

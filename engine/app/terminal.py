@@ -10,6 +10,7 @@ import shlex
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
@@ -47,6 +48,7 @@ class TerminalFrontend:
         verbose: every event on stderr (and no live view).
         log_stream: every event as JSON lines (`--log-file`).
         save_plan: where a model-written plan is saved (`plan -o FILE`).
+        spans: has each run's spans made from its events (`--otel`).
     """
 
     registry: Registry
@@ -57,6 +59,7 @@ class TerminalFrontend:
     verbose: bool = False
     log_stream: TextIO | None = None
     save_plan: str | None = None
+    spans: Callable[[EventBus], object] | None = None
 
     def say(self, text: str) -> None:
         sys.stderr.write(f"{text}\n")
@@ -100,8 +103,15 @@ class TerminalFrontend:
             live = LiveProgress(Console(file=sys.stderr), [s.id for s in plan.all_steps()])
             events.subscribe(live)
         subscribe_logs(events, verbose=self.verbose, log_stream=self.log_stream)
+        if self.spans is not None:
+            self.spans(events)
         showing = live if live is not None else contextlib.nullcontext()
         return Attached(self._approver(live), showing)
+
+    def watch(self, events: EventBus) -> None:
+        subscribe_logs(events, verbose=self.verbose, log_stream=self.log_stream)
+        if self.spans is not None:
+            self.spans(events)
 
     def _approver(self, live: LiveProgress | None) -> Approver:
         person: Approver | None = None

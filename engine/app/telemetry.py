@@ -1,0 +1,175 @@
+"""OpenTelemetry for the `planloom` command: traces over OTLP/HTTP when `--otel` is given or
+`OTEL_EXPORTER_OTLP_ENDPOINT` (or `..._TRACES_ENDPOINT`) is set, and nothing otherwise.
+
+Off, it costs nothing: the SDK is not imported and no subscriber is added, so a run's
+events reach no span code (`bench/overhead.py` measures it). On, one `TracerProvider`
+with a batch processor exports every run of the command; the standard `OTEL_*` variables
+configure it (endpoint, headers, timeout, compression, sampler, resource, service name).
+Spans are made from the run's events by `engine.tracing.RunSpans`.
+
+The exporter's own log lines are kept off the terminal: if spans could not be exported,
+one line says so at the end, with the exporter's last complaint.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from engine.errors import ConfigurationError
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import TracerProvider
+
+    from engine.app._otel_export import Ended, Watched
+    from engine.events import EventBus
+    from engine.tracing import RunSpans
+
+__all__ = ["INSTALL_HINT", "Telemetry", "wanted"]
+
+INSTALL_HINT = "pip install 'planloom[otel]'"
+_ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
+_PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
+_TIMEOUTS = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+_DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
+_DEFAULT_TIMEOUT = 10.0  # seconds, as the OTLP exporter specification says
+_QUEUE = 32_768  # spans waiting to be sent, at most (OTEL_BSP_MAX_QUEUE_SIZE overrides)
+_SAY_WAITING_AFTER = 1.0  # seconds of exporting at exit before the wait is explained
+
+
+def wanted(flag: bool, environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether this command traces: `--otel`, or an OTLP endpoint in the environment,
+    unless `OTEL_SDK_DISABLED=true`."""
+    if environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+        return False
+    return flag or any(environ.get(name, "").strip() for name in _ENDPOINTS)
+
+
+class Telemetry:
+    """The tracer provider and exporter of one command (see the module's docstring).
+
+    Raises (from `start`):
+        ConfigurationError: the protocol asked for is not OTLP/HTTP with protobuf, or a
+            timeout is not a number, or `--otel` was given and the SDK is not installed.
+    """
+
+    def __init__(
+        self,
+        provider: TracerProvider,
+        exporter: Watched,
+        ended: Ended,
+        endpoint: str,
+        timeout: float,
+    ) -> None:
+        self.provider = provider
+        self.exporter = exporter
+        self.ended = ended
+        self._spans: RunSpans | None = None
+        self.endpoint = endpoint
+        self.timeout = timeout
+
+    @classmethod
+    def start(cls, *, flag: bool, environ: Mapping[str, str] = os.environ) -> Telemetry | None:
+        """Tracing for this command, or None if it is off (or cannot be had: the SDK is
+        missing and only the environment asked for it, which is said on stderr)."""
+        if not wanted(flag, environ):
+            return None
+        for name in _PROTOCOLS:
+            protocol = environ.get(name, "").strip()
+            if protocol and protocol != "http/protobuf":
+                raise ConfigurationError(
+                    f"{name}={protocol}: planloom exports traces over OTLP/HTTP with "
+                    "protobuf only; set it to http/protobuf (port 4318) or unset it"
+                )
+        timeout = _timeout(environ)
+        try:
+            from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+            from opentelemetry.sdk.resources import Resource
+            from opentelemetry.sdk.trace import TracerProvider
+            from opentelemetry.sdk.trace.export import BatchSpanProcessor
+
+            from engine.app._otel_export import Ended, Watched
+        except ImportError as exc:
+            why = f"tracing needs OpenTelemetry's SDK and OTLP exporter ({exc.name} is missing)"
+            if flag:
+                raise ConfigurationError(f"--otel: {why}: {INSTALL_HINT}") from None
+            sys.stderr.write(
+                f"planloom: OTEL_EXPORTER_OTLP_ENDPOINT is set, but {why}; running without "
+                f"traces ({INSTALL_HINT})\n"
+            )
+            return None
+        endpoint = _endpoint(environ)
+        exporter = Watched(OTLPSpanExporter(endpoint=endpoint, timeout=timeout))
+        attributes: dict[str, Any] = {}
+        given = environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
+        if not environ.get("OTEL_SERVICE_NAME") and "service.name=" not in given:
+            attributes["service.name"] = "planloom"
+        provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
+        ended = Ended()
+        provider.add_span_processor(ended)
+        # A run makes spans faster than they are sent: the queue holds a burst of them
+        # (the SDK's default, 2,048, drops spans of a run of a few hundred steps).
+        queue = None if environ.get("OTEL_BSP_MAX_QUEUE_SIZE") else _QUEUE
+        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=queue))
+        return cls(provider, exporter, ended, endpoint, timeout)
+
+    def follow(self, bus: EventBus, *, base_url: str | None = None) -> RunSpans:
+        """Have the spans of what publishes on `bus` made: a session's planning, then each
+        of its runs, in one trace (`engine.tracing.RunSpans.follow`)."""
+        if self._spans is None:
+            from engine.tracing import RunSpans, server_of
+
+            self._spans = RunSpans(self.provider.get_tracer("planloom"), server=server_of(base_url))
+        self._spans.follow(bus)
+        return self._spans
+
+    def close(self) -> None:
+        """Export what is left, waiting at most the export timeout; say on stderr if spans
+        were lost, and why."""
+        done = threading.Event()
+
+        def shut() -> None:
+            self.provider.shutdown()
+            done.set()
+
+        threading.Thread(target=shut, name="planloom-otel-shutdown", daemon=True).start()
+        if not done.wait(_SAY_WAITING_AFTER):
+            sys.stderr.write(f"planloom: sending traces to {self.endpoint}...\n")
+            if not done.wait(max(self.timeout - _SAY_WAITING_AFTER, 0.0) + 1.0):
+                self.exporter.shutdown()  # the exporter stops retrying
+                done.wait(1.0)
+        lost = self.ended.count - self.exporter.exported  # failed, dropped or not sent yet
+        if lost or not done.is_set():
+            why = self.exporter.complaint or f"no answer within {self.timeout:g} s"
+            count = "some spans" if not lost else "1 span" if lost == 1 else f"{lost} spans"
+            sys.stderr.write(f"planloom: {count} could not be exported to {self.endpoint}: {why}\n")
+
+
+def _endpoint(environ: Mapping[str, str]) -> str:
+    """The traces URL, as the OTLP exporter specification derives it."""
+    traces = environ.get("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "").strip()
+    if traces:
+        return traces
+    base = environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "").strip()
+    if base:
+        return base.rstrip("/") + "/v1/traces"
+    return _DEFAULT_ENDPOINT
+
+
+def _timeout(environ: Mapping[str, str]) -> float:
+    for name in _TIMEOUTS:
+        text = environ.get(name, "").strip()
+        if text:
+            try:
+                seconds = float(text) / 1000  # the specification says milliseconds
+            except ValueError:
+                raise ConfigurationError(
+                    f"{name}={text!r} is not a number of milliseconds"
+                ) from None
+            if seconds <= 0:
+                raise ConfigurationError(f"{name}={text!r}: the timeout must be above 0")
+            return seconds
+    return _DEFAULT_TIMEOUT
