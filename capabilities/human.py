@@ -23,7 +23,13 @@ async def _ask(params: Question, ctx: CallContext) -> Answer:
 def register(registry: Registry) -> None:
     """Add the `human` family and `human.ask`."""
     registry.add_family(
-        Family("human", "questions to the person running the plan", EmptyGrant, for_agents=False)
+        Family(
+            "human",
+            "questions to the person running the plan",
+            EmptyGrant,
+            for_agents=False,
+            portable=False,  # the person is at this process's terminal
+        )
     )
     registry.add(
         Action(

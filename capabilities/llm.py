@@ -91,7 +91,10 @@ async def _extract(params: ExtractParams, ctx: CallContext) -> ExtractResult:
 
 def register(registry: Registry) -> None:
     """Add the `llm` family and its actions."""
-    registry.add_family(Family("llm", "calls to the run's model", EmptyGrant, for_agents=False))
+    registry.add_family(
+        # portable=False: the run's model client (budget, recording) is this process's
+        Family("llm", "calls to the run's model", EmptyGrant, for_agents=False, portable=False)
+    )
     registry.add(
         Action(
             "llm.complete",

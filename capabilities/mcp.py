@@ -65,6 +65,7 @@ def register(registry: Registry) -> None:
             confinement_report,
             discovery=Discovery(_listing, _bind),
             scope=_scope,
+            portable=False,  # calls go through this run's sessions with its servers
         )
     )
 

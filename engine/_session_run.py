@@ -262,6 +262,7 @@ class SessionRun:
             dry_run=session.options.dry_run,
             tool_results=results,
             run_id=journal.run_id if journal is not None else None,
+            backend=session.backend,
         )
         events.run_id = executor.run_id
         if journal is not None:

@@ -106,7 +106,9 @@ class Family:
     (`engine.discovery`); `scope` is per-run state its actions get as `CallContext.scope`.
     `max_parallel`, when given, bounds the family's calls running at once in one run (a
     resource that does not scale with steps: processes for `shell`); a recipe's
-    `limits.per_family` overrides it.
+    `limits.per_family` overrides it. `portable` is false for families whose calls need
+    this process (the person for `human`, the run's model client for `llm`, the run's
+    server connections for `mcp`): a remote backend (`engine.backend`) never takes them.
     """
 
     name: str
@@ -117,6 +119,7 @@ class Family:
     discovery: Discovery | None = None
     scope: RunScope | None = None
     max_parallel: int | None = None
+    portable: bool = True
 
 
 @dataclass(frozen=True)

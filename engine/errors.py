@@ -38,6 +38,7 @@ __all__ = [
     "ConfigurationError",
     "DryRun",
     "InputError",
+    "OutcomeUnknown",
     "PlanError",
     "PlanValidationError",
     "PlanloomError",
@@ -122,6 +123,14 @@ class StepTimeout(StepError):
     """An attempt ran longer than its timeout."""
 
     kind = "timeout"
+
+
+class OutcomeUnknown(StepFailed):
+    """A call with side effects may or may not have happened (the worker making it was
+    lost). It is not retried: trying again could make the side effect twice. A fallback
+    and `can_fail` apply as to any failure."""
+
+    retryable = False
 
 
 class CapabilityDenied(StepError):

@@ -30,6 +30,7 @@ from engine._scope import enter_scope
 from engine._secrets import Secrets
 from engine.agent import AgentRunner
 from engine.approval import Approver, FailClosed, Gatekeeper
+from engine.backend import Backend
 from engine.capability import Registry
 from engine.errors import (
     ApprovalDenied,
@@ -84,6 +85,8 @@ class Executor:
         tool_results: where tool results come from: the actions, run live (the default),
             or a cassette that records or serves them (`Tape.results`; a cassette's
             `TapeApprover` wraps the approver, and the model client takes `Tape.answers`).
+        backend: where admitted calls of the families it takes are made (a Dask cluster:
+            `engine.backend`); by default, all of them in this process.
     """
 
     @collector_paused()  # it builds per-step state and frees nothing cyclic: no rescans
@@ -105,6 +108,7 @@ class Executor:
         preloaded: Mapping[str, StepResult] | None = None,
         dry_run: bool = False,
         tool_results: Results | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
@@ -131,6 +135,7 @@ class Executor:
             ask=self._ask,
             llm=llm,
             results=tool_results or LiveResults(),
+            backend=backend,
         )
         self.registry = registry
         self.llm = llm
@@ -190,6 +195,9 @@ class Executor:
     async def _enter_scopes(self, stack: contextlib.AsyncExitStack) -> None:
         """Enter each granted family's per-run state (`Family.scope`); left when the run
         ends, however it ends (the `mcp` family stops its servers there)."""
+        backend = self.sandbox.backend
+        if backend is not None:  # its connection, on this run's event loop
+            await stack.enter_async_context(backend.scope())
         for name, grant in self.sandbox.granted().items():
             family = self.registry.families[name]
             if family.scope is not None:

@@ -39,7 +39,7 @@ from engine.cassette import (
     rebuild_error,
     record_error,
 )
-from engine.errors import ReplayMismatch, StepError, StepFailed
+from engine.errors import OutcomeUnknown, ReplayMismatch, StepError, StepFailed
 from engine.events import Event
 from engine.llm import Answers, ChatResult
 from engine.questions import Question
@@ -328,7 +328,9 @@ class _JournalResults:
         try:
             output = await self.inner.result(call, live, replayed=replayed)
         except StepError as exc:
-            if not isinstance(exc, ReplayMismatch):
+            # A call whose outcome is unknown (its worker was lost) keeps its intent open,
+            # as a crash would: a resume asks a person about it.
+            if not isinstance(exc, ReplayMismatch | OutcomeUnknown):
                 error = record_error(exc, journal.secrets.redact).model_dump(exclude_none=True)
                 journal.write("tool", scope, {**base, "error": error}, durable=True)
             raise

@@ -8,15 +8,17 @@ naming the rule that decided; none of them can crash the run.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ValidationError
-from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from engine._execute import execute, jsonable
 from engine._problems import validation_problems
+from engine.backend import Backend, RemoteCall
 from engine.capability import Action, Asker, CallContext, ParamPath, Registry
 from engine.errors import (
     ApprovalDenied,
@@ -24,8 +26,6 @@ from engine.errors import (
     CapabilityDenied,
     DryRun,
     StepError,
-    StepFailed,
-    StepTimeout,
     UsageError,
 )
 from engine.events import EventBus
@@ -129,6 +129,9 @@ class Sandbox:
     results: Results = field(default_factory=LiveResults)
     scopes: dict[str, Any] = field(default_factory=dict)
     per_family: dict[str, int] = field(default_factory=dict)
+    # Where admitted calls of the families it takes are made (`engine.backend`); None:
+    # here, in this process.
+    backend: Backend | None = None
     calls: int = 0
     # Calls counted per step until the step ends (`Executor` takes its count then).
     step_calls: dict[str, int] = field(default_factory=dict)
@@ -259,14 +262,35 @@ class Sandbox:
                 missing_confinement=self._missing_layers(action.family) or None,
             )
 
-        async def run() -> Any:
-            return _jsonable(name, await _execute(action, model, ctx))
+        family = self.registry.families[action.family]
+        backend = self.backend if self.backend is not None and self.backend.takes(family) else None
+        if backend is None:
+
+            async def run() -> Any:
+                return jsonable(name, await execute(action, model, ctx))
+
+        else:
+            remote = RemoteCall(
+                key=f"planloom-{step_id}-{uuid.uuid4().hex}",
+                step_id=step_id,
+                action=name,
+                params=params,
+                grant=self.grants.get(action.family),
+                base_dir=str(self.base_dir),
+                timeout=limit,
+                data_paths=tuple(data_paths),
+                data_literals=tuple(data_literals),
+                once=not call.idempotent,
+            )
+
+            async def run() -> Any:
+                return await backend.run(remote)
 
         # A call waits for its family's slot before anything is recorded of it (a journal
         # writes its intent in `result`: a call stopped while waiting never started), and
         # the wait is not part of its timeout. A call served from a journal or a cassette
         # runs nothing and takes no slot.
-        slots = self._family_slots(action.family)
+        slots = self._family_slots(action.family, remote=backend is not None)
         if slots is not None and self.results.serves(call):
             slots = None
         try:
@@ -315,12 +339,14 @@ class Sandbox:
             ) from None
         return action, grant, model
 
-    def _family_slots(self, family_name: str) -> asyncio.Semaphore | None:
+    def _family_slots(self, family_name: str, *, remote: bool) -> asyncio.Semaphore | None:
         """The bound on the family's calls at once: the recipe's `limits.per_family`, else
-        the family's own default, else none."""
+        the family's own default (a bound on this machine's resources, so not for calls a
+        backend makes elsewhere), else none."""
         if family_name not in self._slots:
             family = self.registry.families.get(family_name)
-            limit = self.per_family.get(family_name) or (family and family.max_parallel)
+            default = None if remote or family is None else family.max_parallel
+            limit = self.per_family.get(family_name) or default
             self._slots[family_name] = asyncio.Semaphore(limit) if limit else None
         return self._slots[family_name]
 
@@ -409,40 +435,3 @@ def _rule(error: StepError) -> str:
     if isinstance(error, BudgetExceeded):
         return f"budget.{error.limit}"
     return "runtime"
-
-
-async def _execute(action: Action[Any], model: Any, ctx: CallContext) -> Any:
-    """Run the action within its timeout; every failure becomes a `StepError`."""
-    name, limit = action.name, ctx.timeout
-    deadline: asyncio.Timeout | None = None
-    try:
-        if not action.interruptible:  # an inline synchronous function: no timeout can fire
-            return await action.run(model, ctx)
-        deadline = asyncio.timeout(limit)
-        async with deadline:
-            return await action.run(model, ctx)
-    except TimeoutError as exc:
-        if deadline is not None and deadline.expired():
-            raise StepTimeout(f"{name} timed out after {limit:g} s") from None
-        # the tool's own timeout (a socket, a lock): an ordinary failure
-        raise StepFailed(f"{name} raised TimeoutError: {exc}") from None
-    except StepError:
-        raise
-    except asyncio.CancelledError:
-        task = asyncio.current_task()
-        if task is None or task.cancelling():
-            raise
-        raise StepFailed(f"{name} raised CancelledError without being cancelled") from None
-    except Exception as exc:  # a user function or action bug is that call's failure
-        raise StepFailed(f"{name} raised {type(exc).__name__}: {exc}") from exc
-
-
-def _jsonable(name: str, result: Any) -> Any:
-    if result is None or isinstance(result, str | int | float | bool):
-        return result
-    if isinstance(result, BaseModel):
-        return result.model_dump(mode="json")
-    try:
-        return to_jsonable_python(result)
-    except PydanticSerializationError as exc:
-        raise StepFailed(f"{name} returned a value that is not JSON data: {exc}") from exc

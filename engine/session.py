@@ -20,6 +20,7 @@ from engine._problems import validation_problems
 from engine._session_run import SessionResult, SessionRun, plan_from_text, run_async
 from engine.agent import AgentRunner
 from engine.approval import Approver
+from engine.backend import Backend
 from engine.capability import Registry
 from engine.errors import ConfigurationError, PlanValidationError
 from engine.events import EventBus
@@ -95,6 +96,8 @@ class Session:
             are recorded into it, or served from it.
         journal: the run's journal in a run store: everything the run does is written to
             it as it happens; a resumed run's journal serves what ran before.
+        backend: where tool calls are made (`engine.backend`): a cluster's workers for
+            the families it takes; by default, this process.
     """
 
     def __init__(
@@ -106,6 +109,7 @@ class Session:
         agent: Callable[[LLMClient], AgentRunner] | None = None,
         recorder: Tape | None = None,
         journal: Journal | None = None,
+        backend: Backend | None = None,
     ) -> None:
         self.registry = registry
         self.options = options or SessionOptions()
@@ -113,6 +117,7 @@ class Session:
         self.agent = agent
         self.tape = recorder
         self.journal = journal
+        self.backend = backend
         self._offline = recorder is not None and not recorder.recording
 
     def run(

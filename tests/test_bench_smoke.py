@@ -159,3 +159,14 @@ def test_overhead_tracing_reports_off_and_on_and_counts_the_exported_spans() -> 
         assert isinstance(figures[key], float)
     assert figures["tracing_off_target_us_per_step"] == 1.0
     assert "store_steps" not in figures
+
+
+def test_dask_bench_runs_both_sides_and_reports_speedup_and_dispatch() -> None:
+    figures = run_bench(
+        "dask.py", "--items", "4", "--seconds", "0.02", "--noops", "20", "--workers", "2"
+    )
+    assert figures["items"] == 4
+    assert figures["workers"] == 2
+    assert 1 <= figures["worker_processes_used"] <= 2
+    for key in ("speedup", "noop_local_us_per_call", "noop_dask_us_per_call"):
+        assert figures[key] > 0

@@ -44,6 +44,12 @@ def run_flags(parser: argparse.ArgumentParser, *, yes: str, no: str) -> None:
         action="store_true",
         help="run read-only actions; report side effects instead of making them",
     )
+    parser.add_argument(
+        "--executor",
+        metavar="WHERE",
+        help="where tool calls run: local (default), dask://HOST:PORT (a Dask cluster), "
+        "dask-local[:N] (a local cluster of N worker processes); else PLANLOOM_EXECUTOR",
+    )
     store_flag(parser)
     model_flags(parser)
     cassette_flags(parser)

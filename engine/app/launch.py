@@ -12,7 +12,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from engine._sanitize import neutralize
 from engine._sqlite_store import open_store, process_start
@@ -27,13 +27,16 @@ from engine.errors import ConfigurationError
 from engine.inputs import parse_assignments
 from engine.journal import Journal
 from engine.model import Plan
-from engine.policy import load_policy
+from engine.policy import Policy, load_policy
 from engine.recording import Tape
 from engine.results import StepResult
 from engine.session import Session, SessionOptions, SessionResult
 from engine.store import RunRecord, default_store_path
 from planners.llm import LLMPlanner
 from planners.react import ReactAgent
+
+if TYPE_CHECKING:
+    from engine.app.dask_backend import DaskBackend
 
 __all__ = [
     "Resume",
@@ -68,6 +71,8 @@ class RunSettings:
     live_tools: bool = False
     store: str | None = None
     otel: bool = False
+    executor: str | None = None
+    plugin: tuple[str, ...] = ()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> RunSettings:
@@ -75,6 +80,7 @@ class RunSettings:
         given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
         if hasattr(args, "input"):
             given["inputs"] = tuple(args.input)
+        given["plugin"] = tuple(getattr(args, "plugin", None) or ())
         return cls(**{**given, **overrides})
 
 
@@ -153,6 +159,30 @@ def run_session(
     # What can be refused is read first: a refusal must not leave a run begun in the store.
     policy = load_policy(settings.policy, registry=registry) if settings.policy else None
     telemetry = Telemetry.start(flag=settings.otel)
+    backend = open_backend(settings)  # an unreachable cluster: exit 2, nothing begun
+    try:
+        return _run_session(
+            settings, registry, start, base, base_dir, tape, recipe, resume, policy, telemetry,
+            backend,
+        )  # fmt: skip
+    finally:
+        if backend is not None:
+            backend.close()
+
+
+def _run_session(
+    settings: RunSettings,
+    registry: Registry,
+    start: Plan | str,
+    base: dict[str, Any],
+    base_dir: Path,
+    tape: Tape | None,
+    recipe: Path | None,
+    resume: Resume | None,
+    policy: Policy | None,
+    telemetry: Telemetry | None,
+    backend: DaskBackend | None,
+) -> SessionResult:
     if tape is None and resume is None:
         tape = open_tape(settings)
     if tape is not None and registry.listings is not tape.listings:
@@ -166,6 +196,7 @@ def run_session(
         planner=lambda client: LLMPlanner(client, registry),
         agent=ReactAgent,
         recorder=tape,
+        backend=backend,
     )
     session.model_config(start, base)  # no model configured: said before anything else
     inputs = parse_assignments(list(settings.inputs))
@@ -206,6 +237,27 @@ def run_session(
             telemetry.close()
         if session.journal is not None:
             session.journal.store.close()
+
+
+def open_backend(settings: RunSettings) -> DaskBackend | None:
+    """Where tool calls run (`--executor`, else `PLANLOOM_EXECUTOR`): None for this process;
+    a Dask backend, its scheduler checked (or its local cluster started), otherwise.
+
+    Raises:
+        ConfigurationError: the value is not a known form, or the cluster cannot be had.
+    """
+    text = settings.executor
+    where = "--executor"
+    if text is None:
+        text, where = (
+            os.environ.get("PLANLOOM_EXECUTOR", "").strip() or "local",
+            ("PLANLOOM_EXECUTOR"),
+        )
+    if text.strip() == "local":
+        return None
+    from engine.app.dask_backend import DaskBackend, parse_executor
+
+    return DaskBackend.start(parse_executor(text, where), settings.plugin)
 
 
 def store_path(settings_store: str | None, base_dir: Path) -> Path:
