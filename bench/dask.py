@@ -12,7 +12,8 @@ cluster of `--workers` worker processes (`--executor dask-local:N`, one thread e
 - **Dispatch**: a `for_each` of `--noops` calls of `bench.noop`, which does nothing: the
   wall time per call is the cost of sending it (local: the sandbox and the event loop;
   Dask: submitting the task, the scheduler, the worker's registry lookup and checks, the
-  result coming back).
+  result coming back). A bare Dask client submitting the same number of no-op tasks (64
+  in flight, as the recipe allows) gives Dask's own share.
 
 The cluster is started once, before the timed runs (its start-up is printed apart). Each
 run is checked: every item succeeded, and the burns ran in worker processes (on Dask) or
@@ -105,6 +106,32 @@ def check(result: RunResult, items: int, *, remote: bool, burns: bool) -> int:
     return len(pids)
 
 
+def bare_dask(address: str, calls: int, in_flight: int) -> float:
+    """Seconds for `calls` no-op Dask tasks submitted by a bare asynchronous client,
+    `in_flight` at once: Dask's own dispatch cost, the floor of planloom's."""
+    from dask_bench_plugin import bare_noop
+    from distributed import Client
+
+    async def go() -> float:
+        async with Client(address, asynchronous=True, set_as_default=False) as client:
+            slots = asyncio.Semaphore(in_flight)
+
+            async def one(value: int) -> int:
+                async with slots:
+                    result: int = await client.submit(bare_noop, value, pure=False)
+                    return result
+
+            await asyncio.gather(*(one(i) for i in range(8)))  # warm-up
+            started = time.perf_counter()
+            values = await asyncio.gather(*(one(i) for i in range(calls)))
+            seconds = time.perf_counter() - started
+            if values != list(range(calls)):
+                raise SystemExit("bare Dask no-ops returned other values than given")
+            return seconds
+
+    return asyncio.run(go())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--items", type=int, default=64, help="CPU-bound calls in the fan-out")
@@ -128,6 +155,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         run(plan_of(recipe("bench.noop", 4, "{value: 1}", 4), registry), registry, backend)
         sides: dict[str, dict[str, list[float]]] = {"local": {}, "dask": {}}
+        bare: list[float] = []
         used = 0
         for index in range(args.repeat):
             order = ("local", "dask") if index % 2 == 0 else ("dask", "local")
@@ -142,6 +170,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 seconds, result = run(noop, registry, chosen)
                 check(result, args.noops, remote=remote, burns=False)
                 sides[side].setdefault("noop", []).append(seconds)
+            bare.append(bare_dask(backend.address, args.noops, 64))
     finally:
         backend.close()
 
@@ -166,6 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "noop_local_us_per_call": local_call,
         "noop_dask_us_per_call": dask_call,
         "dispatch_ratio": dask_call / local_call,
+        "noop_bare_dask_us_per_call": statistics.median(bare) / args.noops * 1e6,
         "repeat": args.repeat,
     }
     if args.json:
@@ -189,6 +219,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"  local: {f['noop_local_us_per_call']:8.0f} µs/call",
                 f"  dask:  {f['noop_dask_us_per_call']:8.0f} µs/call "
                 f"({f['dispatch_ratio']:.0f}x local)",
+                f"  a bare Dask client, same no-op tasks, 64 in flight: "
+                f"{f['noop_bare_dask_us_per_call']:.0f} µs/call (Dask's own floor)",
             ]
         )
     )

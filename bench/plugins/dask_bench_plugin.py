@@ -22,3 +22,8 @@ def register(registry: Any) -> None:
     def noop(value: int) -> int:
         """Nothing: the cost of a call is all dispatch."""
         return value
+
+
+def bare_noop(value: int) -> int:
+    """A Dask task that does nothing: the floor of dispatch, without planloom."""
+    return value
