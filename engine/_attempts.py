@@ -96,7 +96,14 @@ class Attempts:
                 status = "failed_acceptable"
             error = "; ".join(f"item {i}: {o[2]}" for i, o in bad[:5])
             more = f" (and {len(bad) - 5} more items)" if len(bad) > 5 else ""
-            return StepResult(status=status, error=error + more, attempts=tally.attempts)
+            # What the items that succeeded produced is kept (null for the others): a
+            # dependent of a `can_fail` fan-out reads the results it has.
+            return StepResult(
+                status=status,
+                output=[o[1] for o in outcomes],
+                error=error + more,
+                attempts=tally.attempts,
+            )
         errors = [f"item {i}: {o[2]}" for i, o in enumerate(outcomes) if o[2]]
         if outcomes and all(o[0] == "skipped" for o in outcomes):  # --dry-run
             return StepResult(status="skipped", error=errors[0], attempts=tally.attempts)

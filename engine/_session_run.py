@@ -82,8 +82,14 @@ class SessionRun:
         return client
 
     def _run_id(self) -> str:
+        """The run's id: its journal's, a pure replay's (from the cassette), else "-"
+        (the executor then makes one)."""
         journal = self.session.journal
-        return journal.run_id if journal is not None else "-"
+        if journal is not None:
+            return journal.run_id
+        tape = self.session.tape
+        replayed = tape.run_id if tape is not None else None
+        return replayed or "-"
 
     async def go(self, plan: Plan | None) -> SessionResult:
         client = self._client()
@@ -261,7 +267,7 @@ class SessionRun:
             preloaded=preloaded,
             dry_run=session.options.dry_run,
             tool_results=results,
-            run_id=journal.run_id if journal is not None else None,
+            run_id=self._run_id() if self._run_id() != "-" else None,
             backend=session.backend,
         )
         events.run_id = executor.run_id

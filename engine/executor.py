@@ -350,10 +350,8 @@ class Executor:
         )
 
     def _dry_skip(self, step: Step) -> StepResult | None:
-        """In a dry run: skip agent steps, and steps needing outputs no one produced."""
-        if step.agent is not None:
-            self.attempts.unknown.add(step.id)
-            return StepResult(status="skipped", error="dry run: agent steps are not run")
+        """In a dry run: skip steps needing outputs no one produced, and agent steps that
+        could make a call with side effects (one whose tools are all read-only runs)."""
         needs = [dep for dep in step_dependencies(step) if dep in self.attempts.unknown]
         if needs:
             self.attempts.unknown.add(step.id)
@@ -361,7 +359,19 @@ class Executor:
                 status="skipped",
                 error=f"dry run: needs the output of '{needs[0]}', unknown in a dry run",
             )
+        if step.agent is not None:
+            writers = [name for name in step.agent.tools if not self._read_only(name)]
+            if writers:
+                self.attempts.unknown.add(step.id)
+                return StepResult(
+                    status="skipped",
+                    error=f"dry run: the agent may call {writers[0]}, which has side effects",
+                )
         return None
+
+    def _read_only(self, name: str) -> bool:
+        action = self.registry.get(name)
+        return action is not None and action.side_effects is False
 
     def _spend_model(self, step_id: str, prompt_tokens: int, completion_tokens: int) -> None:
         spent = self._model_spent.get(step_id)

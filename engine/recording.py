@@ -20,6 +20,7 @@ from a cassette say `by: recorded`.
 
 from __future__ import annotations
 
+import hashlib
 from collections import Counter
 from pathlib import Path
 from typing import Any, TypeVar
@@ -109,6 +110,15 @@ class Tape:
         self.results = TapeResults(self)
         self.decisions = TapeDecisions(self)
         self.listings = TapeListings(self)
+
+    @property
+    def run_id(self) -> str | None:
+        """The id a pure replay reports, made from the cassette's bytes (a cassette holds
+        no run id: re-recording a run gives the same bytes), so two replays of one cassette
+        report the same run; None when recording."""
+        if self.recording or not self.replaying:
+            return None
+        return "replay-" + hashlib.sha256(self.path.read_bytes()).hexdigest()[:12]
 
     @property
     def replaying(self) -> bool:

@@ -111,7 +111,11 @@ class Decision(BaseModel):
     reason: str | None = None
     edited_params: Any = Field(None, description="Params the person changed before approving.")
     quit: bool = Field(False, description="The person chose to stop the whole run.")
-    at: float = Field(default_factory=time.time, description="When it was decided (epoch s).")
+    at: float | None = Field(
+        default_factory=time.time,
+        description="When it was decided (epoch s); null for a decision a replay served: a "
+        "cassette holds no times, so two replays of it give the same result.",
+    )
 
 
 class ReplayReport(BaseModel):

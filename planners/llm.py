@@ -18,7 +18,7 @@ from ruamel.yaml import YAML
 
 from engine.capability import Registry
 from engine.diagnostics import Diagnostic
-from engine.errors import PlanValidationError
+from engine.errors import PlanValidationError, StepFailed
 from engine.llm import LLMClient, NoJSON
 from engine.planning import PlanOutcome
 from engine.validation import validate_plan
@@ -100,6 +100,7 @@ class LLMPlanner:
 
         Raises:
             BudgetExceeded / ConfigurationError / StepTimeout: from the model client.
+            StepFailed: the plan stayed invalid and no tools are granted for a fallback.
         """
         grants = base.get("capabilities") or {}
         tools = self.catalogue(grants, base_dir)
@@ -141,6 +142,16 @@ class LLMPlanner:
     ) -> PlanOutcome:
         grants = base.get("capabilities") or {}
         names = self.registry.bind(grants, base_dir).agent_tools(grants)
+        if not names:  # an agent with no tools could only talk: that is not the goal done
+            last = problems[-1] if problems else []
+            shown = "; ".join(d.headline() for d in last[:5])
+            more = f" (and {len(last) - 5} more)" if len(last) > 5 else ""
+            raise StepFailed(
+                f"the model's plan was still invalid after {MAX_REPAIRS} repairs ({shown}{more}),"
+                " and no capabilities are granted, so no agent can carry the goal out either: "
+                "grant tools with --capabilities FILE, a YAML file with a 'capabilities:' "
+                "block as in recipes (e.g. capabilities: {fs: {root: ., read: true}})"
+            )
         step = {"id": "goal", "agent": {"goal": goal, "tools": names, "max_iterations": 10}}
         text = plan_to_yaml(_recipe({"goal": goal, "steps": [step]}, goal, base))
         data, source = parse_recipe_text(text, file)

@@ -14,6 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from engine._sanitize import neutralize
+from engine.cassette import RECORDED
 from engine.events import Event
 from engine.results import STATUS_STYLE as _STYLE
 from engine.results import RunResult
@@ -107,7 +108,8 @@ def print_summary(result: RunResult, stream: IO[str], *, color: bool) -> None:
     for decision in result.approvals:
         verdict = "approved" if decision.approved else "denied"
         why = f": {decision.reason}" if decision.reason and not decision.approved else ""
-        line = f"gate: {decision.step_id} {decision.action} {verdict} by {decision.by}{why}"
+        by = "(recorded)" if decision.by == RECORDED else f"by {decision.by}"
+        line = f"gate: {decision.step_id} {decision.action} {verdict} {by}{why}"
         console.print(Text(neutralize(line)))
     for name, value in result.outputs.items():
         text = value if isinstance(value, str) else json.dumps(value, default=repr)

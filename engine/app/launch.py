@@ -19,6 +19,7 @@ from engine._sqlite_store import open_store, process_start
 from engine.app.logs import open_log
 from engine.app.outcome import print_result
 from engine.app.output import EXIT_INTERRUPTED, print_json
+from engine.app.registry import plugin_path
 from engine.app.telemetry import Telemetry
 from engine.app.terminal import TerminalFrontend
 from engine.capability import Registry
@@ -73,6 +74,7 @@ class RunSettings:
     otel: bool = False
     executor: str | None = None
     plugin: tuple[str, ...] = ()
+    force: bool = False
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> RunSettings:
@@ -80,8 +82,19 @@ class RunSettings:
         given = {f.name: getattr(args, f.name) for f in fields(cls) if hasattr(args, f.name)}
         if hasattr(args, "input"):
             given["inputs"] = tuple(args.input)
-        given["plugin"] = tuple(getattr(args, "plugin", None) or ())
+        given["plugin"] = tuple(map(_portable_plugin, getattr(args, "plugin", None) or ()))
         return cls(**{**given, **overrides})
+
+
+def _portable_plugin(name: str) -> str:
+    """A `--plugin` value as another process finds it (a Dask worker): a file's absolute
+    path (also for a module found only as `NAME.py` in this folder), else the module name."""
+    path = plugin_path(name)
+    if path is None and "." not in name:
+        here = (Path.cwd() / f"{name}.py").resolve()
+        loaded = getattr(sys.modules.get(name), "__file__", None)
+        path = here if loaded and Path(loaded).resolve() == here else None
+    return str(path) if path is not None else name
 
 
 @dataclass
@@ -217,6 +230,7 @@ def _run_session(
         verbose=settings.verbose,
         log_stream=log_stream,
         save_plan=settings.output,
+        replace_saved=settings.force,
         spans=(lambda bus: telemetry.follow(bus, base_url=base_url)) if telemetry else None,
     )
     if tape is not None:

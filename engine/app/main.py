@@ -36,6 +36,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             (`engine._gc.heap_frozen(until_exit=True)`).
     """
     args = build_parser().parse_args(argv)
+    args.plugin = [*args.plugin, *getattr(args, "plugin_after", ())]
     try:
         # Importing the command and the capability families builds modules, classes and
         # pydantic models that live as long as the process and frees almost nothing: the

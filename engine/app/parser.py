@@ -41,11 +41,22 @@ def build_parser() -> argparse.ArgumentParser:
         action="append",
         default=[],
         metavar="MODULE",
-        help="import MODULE and call its register(registry) to add capabilities (repeatable)",
+        help="import MODULE (a module name or a .py file's path) and call its "
+        "register(registry) to add capabilities (repeatable; before or after the command)",
     )
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
     for add in COMMANDS.values():
         add(sub)
+    for command in sub.choices.values():  # `planloom run --plugin X ...` works too
+        command.add_argument(
+            "-p",
+            "--plugin",
+            action="append",
+            default=[],
+            dest="plugin_after",
+            metavar="MODULE",
+            help="as planloom --plugin MODULE (a module name or a .py file's path)",
+        )
     return parser
 
 
@@ -64,6 +75,9 @@ def _plan(sub: Subparsers) -> None:
         help="YAML with a 'capabilities:' block (and limits), as in recipes",
     )
     plan.add_argument("-o", "--output", metavar="RECIPE", help="save the plan as a recipe")
+    plan.add_argument(
+        "--force", action="store_true", help="let -o replace a file that already exists"
+    )
     run_flags(plan, yes="approve the plan and every gate", no="reject the plan")
 
 

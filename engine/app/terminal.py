@@ -17,6 +17,7 @@ from typing import TextIO
 
 from rich.console import Console
 
+from engine._sanitize import neutralize
 from engine._yaml import parse_recipe_text
 from engine.app.console import LiveProgress
 from engine.app.logs import subscribe_logs
@@ -48,6 +49,7 @@ class TerminalFrontend:
         verbose: every event on stderr (and no live view).
         log_stream: every event as JSON lines (`--log-file`).
         save_plan: where a model-written plan is saved (`plan -o FILE`).
+        replace_saved: `--force`: `save_plan` may replace an existing file.
         spans: has each run's spans made from its events (`--otel`).
     """
 
@@ -59,12 +61,19 @@ class TerminalFrontend:
     verbose: bool = False
     log_stream: TextIO | None = None
     save_plan: str | None = None
+    replace_saved: bool = False
     spans: Callable[[EventBus], object] | None = None
 
     def say(self, text: str) -> None:
         sys.stderr.write(f"{text}\n")
 
     async def show_plan(self, outcome: PlanOutcome) -> None:
+        for number, problems in enumerate(outcome.problems, 1):  # what the model was told
+            self.say(f"the model's plan #{number} was invalid:")
+            for diagnostic in problems[:10]:
+                self.say(f"  {neutralize(diagnostic.headline())}")
+            if len(problems) > 10:
+                self.say(f"  (and {len(problems) - 10} more)")
         if outcome.fell_back:
             self.say(
                 f"the model's plan was still invalid after {outcome.repairs} repairs: "
@@ -72,10 +81,18 @@ class TerminalFrontend:
             )
         elif outcome.repairs:
             self.say(f"plan repaired {outcome.repairs} time(s) from validation errors")
+        if not outcome.plan.capabilities:
+            self.say(
+                "note: no capabilities are granted, so the plan's steps have no tools: "
+                "pass --capabilities FILE (YAML with a 'capabilities:' block, as in recipes)"
+            )
         sys.stderr.write(render_plan(outcome.plan, self.registry))
         if self.save_plan:
-            await asyncio.to_thread(Path(self.save_plan).write_text, outcome.text, encoding="utf-8")
-            self.say(f"plan saved to {self.save_plan} (run it with: planloom run {self.save_plan})")
+            target = Path(self.save_plan)
+            if await asyncio.to_thread(_save, target, outcome.text, self.replace_saved):
+                self.say(f"plan saved to {target} (run it with: planloom run {target})")
+            else:  # it appeared since the command started
+                self.say(f"plan not saved: {target} exists (pass --force to replace it)")
 
     async def review(self, outcome: PlanOutcome) -> tuple[bool, str | None]:
         if self.yes:
@@ -149,12 +166,47 @@ class TerminalFrontend:
                 else:
                     sys.stderr.write(render_plan(valid, self.registry))
             elif answer == "s":
-                target = (await prompt_line("save as [plan.yaml] > ")).strip()
-                target = target or "plan.yaml"
-                await asyncio.to_thread(Path(target).write_text, text, encoding="utf-8")
-                self.say(f"saved to {target} (run it with: planloom run {target})")
+                target = Path((await prompt_line("save as [plan.yaml] > ")).strip() or "plan.yaml")
+                replace = False
+                if await asyncio.to_thread(target.exists):
+                    asked = f"{target} exists: replace it? [y/N] > "
+                    replace = (await prompt_line(asked)).strip().lower() in {"y", "yes"}
+                    if not replace:
+                        self.say(f"not saved: {target} is left as it was")
+                        continue
+                if await asyncio.to_thread(_save, target, text, replace):
+                    self.say(f"saved to {target} (run it with: planloom run {target})")
+                else:
+                    self.say(f"not saved: {target} appeared meanwhile; save again to replace it")
             else:  # r, an empty answer, or end of input
                 return False, None
+
+
+def _save(target: Path, text: str, replace: bool) -> bool:
+    """Write `text` to `target` whole (a temporary file renamed over it), replacing an
+    existing file only if `replace`; False if it exists and may not be replaced."""
+    folder = target.parent if str(target.parent) else Path(".")
+    with tempfile.NamedTemporaryFile(
+        "w", dir=folder, prefix=f".{target.name}.", suffix=".tmp", delete=False, encoding="utf-8"
+    ) as draft:
+        draft.write(text)
+    try:
+        if replace:
+            os.replace(draft.name, target)
+        else:
+            try:
+                os.link(draft.name, target)  # fails if it exists: no window to overwrite it
+            except FileExistsError:
+                raise
+            except OSError:  # a file system without hard links: create it exclusively
+                with open(target, "x", encoding="utf-8") as out:
+                    out.write(text)
+        return True
+    except FileExistsError:
+        return False
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(draft.name)
 
 
 def _interactive() -> bool:

@@ -1,6 +1,8 @@
 """Record the main job's cassette with a scripted model (no real LLM is involved).
 
-    python recipes/main-job/record.py [CASSETTE]
+    .venv/bin/python recipes/main-job/record.py [CASSETTE]
+
+(any Python that has planloom installed: the README's first command installs it in .venv)
 
 The "model" below is a Python function served by planloom's local OpenAI-compatible test
 server (`engine.testing.FakeOpenAIServer`). It writes a fixed plan for the goal, then plays
@@ -13,12 +15,20 @@ finds there. Everything else is real: the planner, validation, the executor, the
 
 from __future__ import annotations
 
+import shutil
 import sys
 from pathlib import Path
 
-from engine.app import main
-from engine.recording import Cassette
-from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ScriptedModel, ToolCall
+try:
+    from engine.app import main
+    from engine.recording import Cassette
+    from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ScriptedModel, ToolCall
+except ImportError as exc:  # a Python without planloom: say which one to use
+    sys.exit(
+        f"{sys.executable} cannot import planloom ({exc}): run this with the Python it is "
+        "installed in, e.g. .venv/bin/python recipes/main-job/record.py (after the README's "
+        "first command)"
+    )
 
 HERE = Path(__file__).resolve().parent
 GOAL = (
@@ -84,6 +94,8 @@ def scripted_model(request: ChatRequest) -> ChatReply | str | dict[str, object]:
 
 
 def record(cassette: Path) -> int:
+    # The report a previous recording wrote would show in the listing: start without it.
+    shutil.rmtree(HERE / "sample" / "out", ignore_errors=True)
     with FakeOpenAIServer(ScriptedModel(scripted_model)) as server:
         code = main(
             [

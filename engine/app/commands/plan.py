@@ -20,6 +20,11 @@ from engine.model import Limits, LLMSettings
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:
+    if args.output and Path(args.output).exists() and not args.force:
+        # Said before the model is asked: a plan that cannot be saved is a wasted call.
+        raise ConfigurationError(
+            f"-o {args.output}: the file exists; pass --force to replace it, or name another"
+        )
     base: dict[str, Any] = {"version": 1, "name": "plan"}
     base_dir = Path.cwd()
     if args.capabilities:
