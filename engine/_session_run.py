@@ -71,6 +71,10 @@ class SessionRun:
             max_tokens=self.limits.max_llm_tokens,
             deadline=time.monotonic() + self.limits.max_duration,
         )
+        for step in self.kept.values():  # a resumed run: what its kept steps spent counts
+            budget.calls += step.usage.llm_calls
+            budget.prompt_tokens += step.usage.prompt_tokens
+            budget.completion_tokens += step.usage.completion_tokens
         session = self.session
         client = LLMClient(
             self.config, budget=budget, client=OfflineModel() if session._offline else None
@@ -166,9 +170,11 @@ class SessionRun:
             if replanned is None:
                 break
             plan = replanned
-            earlier_calls = result.usage.tool_calls
+            # The next run counts the kept steps' calls itself (their usage comes along);
+            # the calls of the steps it drops were made all the same.
+            dropped = result.usage.tool_calls - sum(s.usage.tool_calls for s in kept.values())
             outcome = await self._execute(plan, client, kept)
-            outcome.result.usage.tool_calls += earlier_calls
+            outcome.result.usage.tool_calls += dropped
         return outcome
 
     async def _plan(

@@ -28,6 +28,18 @@ __all__ = ["SqliteStore", "is_alive", "open_store", "process_start"]
 FORMAT = 1
 _KINDS = frozenset(get_args(EntryKind))
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
+
+
+def _storable(text: str) -> str:
+    """JSON text SQLite can store: a lone surrogate (from a server's message or a tool's
+    output) written as its JSON escape, which reads back as the same string."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+    return text
+
+
 BATCH = 256
 BATCH_SECONDS = 0.25
 
@@ -189,6 +201,8 @@ class SqliteStore:
         seq = self._seq[run_id]
         self._seq[run_id] = seq + 1
         text = str(data) if isinstance(data, JSONText) else _encode(data)
+        if not text.isascii():
+            text = _storable(text)
         self._pending.append((run_id, seq, time.time(), kind, scope, text))
         if (
             durable

@@ -28,6 +28,7 @@ from engine._model_events import ModelCallEvents
 from engine._scheduler import Scheduler
 from engine._scope import enter_scope
 from engine._secrets import Secrets
+from engine._secrets_http import is_sensitive_field
 from engine.agent import AgentRunner
 from engine.approval import Approver, FailClosed, Gatekeeper
 from engine.backend import Backend
@@ -115,6 +116,9 @@ class Executor:
         # Namespaces: `inputs.keys` / `steps.items` are the input and the step, as validated.
         self.inputs = Namespace(resolve_inputs(plan, inputs or {}, from_text=inputs_from_text))
         self.secrets = secrets if secrets is not None else Secrets.from_environ()
+        for name, value in self.inputs.items():  # `-i api_token=...`: as the journal sees it
+            if isinstance(value, str) and is_sensitive_field(name):
+                self.secrets.add(value, name=f"input {name}")
         self.events = events or EventBus(self.run_id)
         if self.events.redact is None:
             self.events.redact = self.secrets.redact_value
@@ -141,6 +145,8 @@ class Executor:
         self.llm = llm
         self.preloaded = dict(preloaded or {})
         self.sandbox.dry_run = dry_run
+        # Kept steps' calls count in this run's usage, and against its max_tool_calls.
+        self.sandbox.calls = sum(r.usage.tool_calls for r in self.preloaded.values())
         if llm is not None:
             ModelCallEvents(llm, self.events, spend=self._spend_model).install()
             if "llm" in plan.limits.per_family:  # agents' model turns too, not only llm.*

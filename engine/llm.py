@@ -37,6 +37,7 @@ __all__ = [
     "LLMClient",
     "LLMConfig",
     "LLMError",
+    "ModelCallCancelled",
     "NoJSON",
     "ToolCallRequest",
     "extract_json",
@@ -51,6 +52,10 @@ Sleep = Callable[[float], Awaitable[None]]
 
 class LLMError(StepFailed):
     """A model call failed for good (after retries), or its answer was unusable."""
+
+
+class ModelCallCancelled(StepFailed):
+    """A model call cut off before it answered: it was made, and counts."""
 
 
 class NoJSON(LLMError):
@@ -222,22 +227,31 @@ class LLMClient:
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
         started = time.monotonic()
+        sent = False  # whether the call went out (and so counts, even if cut off)
+
+        async def call(request: dict[str, Any]) -> ChatResult:
+            nonlocal sent
+            if self.limit is None:
+                sent = True
+                return await self._live(request)
+            async with self.limit:
+                sent = True
+                return await self._live(request)
+
         try:
-            result = await self.answers.chat(kwargs, self._call, self._count)
+            result = await self.answers.chat(kwargs, call, self._count)
         except (StepError, ConfigurationError) as exc:  # a call made that failed
             if self.on_fail is not None:
                 self.on_fail(exc, time.monotonic() - started)
             raise
+        except asyncio.CancelledError:  # cut off (a timeout, Ctrl-C): made all the same
+            if sent and self.on_fail is not None:
+                cut = ModelCallCancelled("the model call was cut off (a timeout, or Ctrl-C)")
+                self.on_fail(cut, time.monotonic() - started)
+            raise
         if self.on_call is not None:
             self.on_call(result)
         return result
-
-    async def _call(self, kwargs: dict[str, Any]) -> ChatResult:
-        """The live call, with retries and errors translated."""
-        if self.limit is None:
-            return await self._live(kwargs)
-        async with self.limit:
-            return await self._live(kwargs)
 
     def _waiting(self, state: RetryCallState) -> None:
         if self.on_wait is not None:

@@ -29,6 +29,7 @@ spans is the caller's choice (`engine.app.telemetry` for the `planloom` command)
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
@@ -474,20 +475,44 @@ class RunSpans:
         held = [span for span, by in self._tools.values() if by == owner]
         return held[0] if len(held) == 1 else None
 
+    def end_all(self) -> None:
+        """End every span still open, as cancelled: a run stopped at once (a second
+        Ctrl-C) never publishes its last events."""
+        end = time.time_ns()
+        open_spans = [tool for tool, _ in self._tools.values()]
+        open_spans += [*self._attempts.values(), *self._steps.values()]
+        open_spans += [s for s in (self._planning, self._run, self._session) if s is not None]
+        for span in open_spans:  # innermost first: a parent ends after its children
+            _abandon(span, end)
+        self._tools.clear()
+        self._attempts.clear()
+        self._steps.clear()
+        self._planning = self._run = self._session = None
+
+    def _clean(self, text: str) -> str:
+        """`text` redacted, and encodable as UTF-8 (a lone surrogate from a server's
+        message would make the whole batch of spans unsendable)."""
+        text = self._redact(text)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:
+            text = text.encode("utf-8", "replace").decode("utf-8")
+        return text
+
     def _name(self, name: str) -> str:
-        return self._redact(name)
+        return self._clean(name)
 
     def _text(self, value: Any) -> str | None:
         if value is None:
             return None
-        text = self._redact(str(value))
+        text = self._clean(str(value))
         return text if len(text) <= _TEXT_LIMIT else text[: _TEXT_LIMIT - 1] + "…"
 
     def _attributes(self, values: Mapping[str, Any]) -> Attributes:
         """The values OpenTelemetry takes (it refuses None, and nested values); text
         redacted."""
         return {
-            key: self._redact(value) if isinstance(value, str) else value
+            key: self._clean(value) if isinstance(value, str) else value
             for key, value in values.items()
             if isinstance(value, str | bool | int | float)
         }

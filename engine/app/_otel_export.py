@@ -9,21 +9,31 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-__all__ = ["Ended", "Watched"]
+__all__ = ["Complaints", "Ended", "Watched"]
 
 _LIMIT = 400  # characters of the complaint quoted
 
 
-class _Complaints(logging.Handler):
-    """Keeps the OpenTelemetry SDK's first warning: it names the cause (connection
-    refused, a 404), where the last one only says that retrying gave up."""
+class Complaints(logging.Handler):
+    """Keeps the OpenTelemetry SDK's first warning instead of printing it: it names the
+    cause (connection refused, a 404), where the last one only says that retrying gave
+    up. `install` puts it on the SDK's loggers before anything can log."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.first: str | None = None
+        self.closed = False  # planloom stopped the exporter: later complaints are its own
+
+    @classmethod
+    def install(cls) -> Complaints:
+        handler = cls()
+        logger = logging.getLogger("opentelemetry")
+        logger.addHandler(handler)
+        logger.propagate = False  # one line at the end instead of the SDK's warnings
+        return handler
 
     def emit(self, record: logging.LogRecord) -> None:
-        if self.first is not None:
+        if self.first is not None or self.closed:
             return
         try:
             text = record.getMessage()
@@ -35,16 +45,13 @@ class _Complaints(logging.Handler):
 class Watched(SpanExporter):
     """An exporter, counting the spans it exported and lost, and why it lost them."""
 
-    def __init__(self, inner: SpanExporter) -> None:
+    def __init__(self, inner: SpanExporter, complaints: Complaints) -> None:
         self.inner = inner
         self.exported = 0
         self.lost = 0
         self.pending = 0  # spans of the export under way
         self._closed = False
-        self._complaints = _Complaints()
-        logger = logging.getLogger("opentelemetry")
-        logger.addHandler(self._complaints)
-        logger.propagate = False  # one line at the end instead of the SDK's warnings
+        self._complaints = complaints
 
     @property
     def complaint(self) -> str | None:
@@ -68,6 +75,7 @@ class Watched(SpanExporter):
         """Stop exporting (an export waiting to retry gives up); once."""
         if not self._closed:
             self._closed = True
+            self._complaints.closed = True
             self.inner.shutdown()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

@@ -124,10 +124,32 @@ def launch(
     the recipe against its tool listings). `recipe`: the file `start` came from (a resume
     reads it again). `resume`: continue a stored run instead of starting one.
     """
+    # Started first (a bad setting is refused before anything), closed last: the run's
+    # result is printed before its traces are sent, whatever that wait brings.
+    telemetry = Telemetry.start(flag=settings.otel)
+    try:
+        return _launch(settings, registry, start, base, base_dir, tape, recipe, resume, telemetry)
+    finally:
+        if telemetry is not None:
+            telemetry.close()
+
+
+def _launch(
+    settings: RunSettings,
+    registry: Registry,
+    start: Plan | str,
+    base: dict[str, Any],
+    base_dir: Path,
+    tape: Tape | None,
+    recipe: Path | None,
+    resume: Resume | None,
+    telemetry: Telemetry | None,
+) -> int:
     try:
         outcome = run_session(
-            settings, registry, start, base, base_dir, tape, recipe=recipe, resume=resume
-        )
+            settings, registry, start, base, base_dir, tape, recipe=recipe, resume=resume,
+            telemetry=telemetry,
+        )  # fmt: skip
     except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
         sys.stderr.write("\ninterrupted: stopped at once\n")
         if settings.json:
@@ -166,12 +188,13 @@ def run_session(
     *,
     recipe: Path | None = None,
     resume: Resume | None = None,
+    telemetry: Telemetry | None = None,
 ) -> SessionResult:
     """The session the settings describe, run to its end, journaled in the run store
-    (unless it is a dry run or a pure replay, where nothing is live)."""
+    (unless it is a dry run or a pure replay, where nothing is live). `telemetry`: where
+    its traces go (the caller starts and closes it)."""
     # What can be refused is read first: a refusal must not leave a run begun in the store.
     policy = load_policy(settings.policy, registry=registry) if settings.policy else None
-    telemetry = Telemetry.start(flag=settings.otel)
     backend = open_backend(settings)  # an unreachable cluster: exit 2, nothing begun
     try:
         return _run_session(
@@ -247,8 +270,6 @@ def _run_session(
     finally:
         if log_stream is not None:
             log_stream.close()
-        if telemetry is not None:
-            telemetry.close()
         if session.journal is not None:
             session.journal.store.close()
 

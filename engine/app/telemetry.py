@@ -13,12 +13,16 @@ one line says so at the end, with the exporter's last complaint.
 
 from __future__ import annotations
 
+import math
 import os
 import sys
 import threading
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
+from engine._secrets import Secrets
+from engine._secrets_http import redact_url
 from engine.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -34,6 +38,8 @@ INSTALL_HINT = "pip install 'planloom[otel]'"
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 _PROTOCOLS = ("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL")
 _TIMEOUTS = ("OTEL_EXPORTER_OTLP_TRACES_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT")
+_HEADERS = ("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS")
+_COMPRESSIONS = ("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "OTEL_EXPORTER_OTLP_COMPRESSION")
 _DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
 _DEFAULT_TIMEOUT = 10.0  # seconds, as the OTLP exporter specification says
 _QUEUE = 32_768  # spans waiting to be sent, at most (OTEL_BSP_MAX_QUEUE_SIZE overrides)
@@ -85,13 +91,15 @@ class Telemetry:
                     "protobuf only; set it to http/protobuf (port 4318) or unset it"
                 )
         timeout = _timeout(environ)
+        endpoint = _endpoint(environ)
+        _check(environ)
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
             from opentelemetry.sdk.trace import TracerProvider
             from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
-            from engine.app._otel_export import Ended, Watched
+            from engine.app._otel_export import Complaints, Ended, Watched
         except ImportError as exc:
             why = f"tracing needs OpenTelemetry's SDK and OTLP exporter ({exc.name} is missing)"
             if flag:
@@ -101,19 +109,29 @@ class Telemetry:
                 f"traces ({INSTALL_HINT})\n"
             )
             return None
-        endpoint = _endpoint(environ)
-        exporter = Watched(OTLPSpanExporter(endpoint=endpoint, timeout=timeout))
-        attributes: dict[str, Any] = {}
-        given = environ.get("OTEL_RESOURCE_ATTRIBUTES", "")
-        if not environ.get("OTEL_SERVICE_NAME") and "service.name=" not in given:
-            attributes["service.name"] = "planloom"
-        provider = TracerProvider(resource=Resource.create(attributes), shutdown_on_exit=False)
+        complaints = Complaints.install()  # before the SDK can print anything
+        exporter = Watched(OTLPSpanExporter(endpoint=endpoint, timeout=timeout), complaints)
+        # The SDK's resource (OTEL_RESOURCE_ATTRIBUTES, OTEL_SERVICE_NAME); "planloom" when
+        # neither names the service.
+        resource = Resource.create()
+        named = str(resource.attributes.get("service.name") or "").strip()
+        if not named or named.startswith("unknown_service"):
+            resource = resource.merge(Resource({"service.name": "planloom"}))
+        provider = TracerProvider(resource=resource, shutdown_on_exit=False)
         ended = Ended()
         provider.add_span_processor(ended)
         # A run makes spans faster than they are sent: the queue holds a burst of them
         # (the SDK's default, 2,048, drops spans of a run of a few hundred steps).
         queue = None if environ.get("OTEL_BSP_MAX_QUEUE_SIZE") else _QUEUE
-        provider.add_span_processor(BatchSpanProcessor(exporter, max_queue_size=queue))
+        try:
+            batches = BatchSpanProcessor(exporter, max_queue_size=queue)
+        except ValueError as exc:  # the SDK refuses the OTEL_BSP_* settings it was given
+            given = ", ".join(f"{k}={v}" for k, v in environ.items() if k.startswith("OTEL_BSP_"))
+            raise ConfigurationError(
+                f"{given or 'OTEL_BSP_*'}: {exc} (with planloom's queue of {_QUEUE:,} spans "
+                "unless OTEL_BSP_MAX_QUEUE_SIZE is set)"
+            ) from None
+        provider.add_span_processor(batches)
         return cls(provider, exporter, ended, endpoint, timeout)
 
     def follow(self, bus: EventBus, *, base_url: str | None = None) -> RunSpans:
@@ -127,25 +145,61 @@ class Telemetry:
         return self._spans
 
     def close(self) -> None:
-        """Export what is left, waiting at most the export timeout; say on stderr if spans
-        were lost, and why."""
+        """End what the runs left open (a second Ctrl-C stops a run without its last
+        events), export what is left, waiting at most the export timeout, and say on
+        stderr if spans were lost, and why. A Ctrl-C here stops the wait, not the command."""
+        if self._spans is not None:
+            self._spans.end_all()
         done = threading.Event()
 
         def shut() -> None:
             self.provider.shutdown()
             done.set()
 
+        where = redact_url(self.endpoint)
         threading.Thread(target=shut, name="planloom-otel-shutdown", daemon=True).start()
-        if not done.wait(_SAY_WAITING_AFTER):
-            sys.stderr.write(f"planloom: sending traces to {self.endpoint}...\n")
-            if not done.wait(max(self.timeout - _SAY_WAITING_AFTER, 0.0) + 1.0):
-                self.exporter.shutdown()  # the exporter stops retrying
-                done.wait(1.0)
+        why: str | None = None
+        try:
+            if not done.wait(_SAY_WAITING_AFTER):
+                sys.stderr.write(f"planloom: sending traces to {where}...\n")
+                if not done.wait(max(self.timeout - _SAY_WAITING_AFTER, 0.0) + 1.0):
+                    why = self.exporter.complaint or f"no answer within {self.timeout:g} s"
+        except KeyboardInterrupt:
+            why = "interrupted while they were being sent"
+        if not done.is_set():
+            self.exporter.shutdown()  # the exporter stops retrying
+            done.wait(1.0)
         lost = self.ended.count - self.exporter.exported  # failed, dropped or not sent yet
         if lost or not done.is_set():
-            why = self.exporter.complaint or f"no answer within {self.timeout:g} s"
+            why = why or self.exporter.complaint or "not sent"
             count = "some spans" if not lost else "1 span" if lost == 1 else f"{lost} spans"
-            sys.stderr.write(f"planloom: {count} could not be exported to {self.endpoint}: {why}\n")
+            said = Secrets.from_environ().redact(f"{count} could not be exported to {where}: {why}")
+            sys.stderr.write(f"planloom: {said}\n")
+
+
+def _check(environ: Mapping[str, str]) -> None:
+    """Refuse settings the exporter would take and then fail on, or print its own line
+    about: a URL that is not http(s), headers not in `key=value` pairs, an unknown
+    compression. Values are never quoted: a header holds a token."""
+    for name in _ENDPOINTS:
+        url = environ.get(name, "").strip()
+        if url and urlsplit(url).scheme not in ("http", "https"):
+            raise ConfigurationError(
+                f"{name}: the endpoint must be an http:// or https:// URL (e.g. "
+                "http://localhost:4318)"
+            )
+    for name in _HEADERS:
+        text = environ.get(name, "").strip()
+        for pair in filter(None, (p.strip() for p in text.split(","))):
+            if "=" not in pair or not pair.split("=", 1)[0].strip():
+                raise ConfigurationError(
+                    f"{name}: every header must be key=value, separated by commas (e.g. "
+                    "authorization=Bearer%20TOKEN); one is not"
+                )
+    for name in _COMPRESSIONS:
+        value = environ.get(name, "").strip().lower()
+        if value and value not in ("gzip", "deflate", "none"):
+            raise ConfigurationError(f"{name}={value}: use gzip, deflate or none")
 
 
 def _endpoint(environ: Mapping[str, str]) -> str:
@@ -169,6 +223,8 @@ def _timeout(environ: Mapping[str, str]) -> float:
                 raise ConfigurationError(
                     f"{name}={text!r} is not a number of milliseconds"
                 ) from None
+            if not math.isfinite(seconds):
+                raise ConfigurationError(f"{name}={text!r}: give a finite number of ms")
             if seconds <= 0:
                 raise ConfigurationError(f"{name}={text!r}: the timeout must be above 0")
             return seconds
