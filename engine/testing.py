@@ -19,12 +19,12 @@ from __future__ import annotations
 import asyncio
 import time
 from collections import defaultdict
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, SecretStr
 
 from capabilities import Action, CallContext, Family, Registry
 from engine._fakellm import (
@@ -36,9 +36,11 @@ from engine._fakellm import (
     ScriptedModel,
     ToolCall,
 )
+from engine._secrets import Secrets
 from engine.approval import Approver, GateRequest
 from engine.cassette import RecordMode
 from engine.errors import ConfigurationError, ReplayMismatch, StepFailed, UsageError
+from engine.events import EventBus
 from engine.executor import Executor, Sleep
 from engine.model import Plan
 from engine.questions import Question
@@ -222,21 +224,60 @@ def run_recipe_text(
     inputs: Mapping[str, Any] | None = None,
     approver: Approver | None = None,
     sleep: Sleep = instant_sleep,
+    model: ScriptedModel | ModelFunction | None = None,
+    faults: Sequence[Fault] = (),
+    events: EventBus | None = None,
+    secrets: Secrets | None = None,
+    model_sleep: Sleep = instant_sleep,
 ) -> RunResult:
     """Parse, validate and run a recipe given as text; returns the run result.
+
+    With `model`, the run has one: the scripted function behind a `FakeOpenAIServer` on
+    127.0.0.1 (its `faults` injected first), reached by the real `openai` client as model
+    `m`; agent steps and natural-language fallbacks run the ReAct loop. `events` sees the
+    run's events; `secrets` are what is redacted (by default, the environment's);
+    `sleep` and `model_sleep` are the waits between a step's and a model call's retries
+    (instant by default; pass a recorder to see them).
 
     Raises:
         PlanValidationError: the recipe is invalid.
     """
     from engine._yaml import parse_recipe_text
+    from engine.llm import Budget, LLMClient, LLMConfig
+    from planners.react import ReactAgent
 
     data, source = parse_recipe_text(text, "<test>")
     folder = base_dir or Path.cwd()
     plan = validate_plan(data, source, registry, base_dir=folder)
-    executor = Executor(
-        plan, registry=registry, base_dir=folder, inputs=inputs, approver=approver, sleep=sleep
-    )
-    return asyncio.run(executor.run())
+
+    async def go(base_url: str | None) -> RunResult:
+        client = None
+        if base_url is not None:
+            config = LLMConfig(model="m", base_url=base_url, api_key=SecretStr("k"))
+            client = LLMClient(config, budget=Budget(), sleep=model_sleep)
+        try:
+            executor = Executor(
+                plan,
+                registry=registry,
+                base_dir=folder,
+                inputs=inputs,
+                approver=approver,
+                sleep=sleep,
+                events=events,
+                secrets=secrets,
+                llm=client,
+                agent_runner=ReactAgent(client) if client is not None else None,
+            )
+            return await executor.run()
+        finally:
+            if client is not None:
+                await client.aclose()
+
+    if model is None:
+        return asyncio.run(go(None))
+    with FakeOpenAIServer(model) as server:
+        server.inject(*faults)
+        return asyncio.run(go(server.base_url))
 
 
 @dataclass(frozen=True)

@@ -154,15 +154,9 @@ class RunSpans:
         if self._planning is not None:
             _abandon(self._planning, end)
             self._planning = None
-        session = self._session
-        if session is None:
-            return
-        self._session = None
-        status = str(event.data.get("status"))
-        session.set_attribute("planloom.run.status", status)
-        if status in _FAILED_RUN:
-            session.set_status(Status(StatusCode.ERROR, f"the session {status}"))
-        session.end(end_time=end)
+        if self._session is not None:
+            _end_root(self._session, "session", str(event.data.get("status")), end)
+            self._session = None
 
     def _plan_started(self, event: Event) -> None:
         replan = bool(event.data.get("replan"))
@@ -215,15 +209,9 @@ class RunSpans:
         self._tools.clear()
         self._attempts.clear()
         self._steps.clear()
-        run = self._run
-        if run is None:
-            return
-        self._run = None
-        status = str(event.data.get("status"))
-        run.set_attribute("planloom.run.status", status)
-        if status in _FAILED_RUN:
-            run.set_status(Status(StatusCode.ERROR, f"the run {status}"))
-        run.end(end_time=end)
+        if self._run is not None:
+            _end_root(self._run, "run", str(event.data.get("status")), end)
+            self._run = None
 
     def _step_started(self, event: Event) -> None:
         step_id = event.step_id or ""
@@ -545,6 +533,14 @@ def follow(bus: EventBus, tracer: Tracer, *, server: tuple[str, int] | None = No
 
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
+
+
+def _end_root(span: Span, what: str, status: str, end: int) -> None:
+    """End a run's or a session's span with how it ended."""
+    span.set_attribute("planloom.run.status", status)
+    if status in _FAILED_RUN:
+        span.set_status(Status(StatusCode.ERROR, f"the {what} {status}"))
+    span.end(end_time=end)
 
 
 def _abandon(span: Span, end: int) -> None:

@@ -9,7 +9,6 @@ released when the stand-in closes, so a test never waits on it).
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import contextlib
 import http.server
@@ -31,20 +30,14 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from pydantic import SecretStr
 
 from capabilities import default_registry
 from engine._secrets import Secrets
-from engine._yaml import parse_recipe_text
 from engine.approval import ApproveAll
 from engine.events import EventBus
-from engine.executor import Executor
-from engine.llm import Budget, LLMClient, LLMConfig
 from engine.results import RunResult
-from engine.testing import FakeOpenAIServer, Fault, ScriptedTools, instant_sleep
-from engine.tracing import follow, server_of
-from engine.validation import validate_plan
-from planners.react import ReactAgent
+from engine.testing import Fault, ScriptedTools, run_recipe_text
+from engine.tracing import follow
 
 __all__ = [
     "Collector",
@@ -352,35 +345,20 @@ def run_in_process(
     tools = ScriptedTools(registry)
     for key, behaviours in (scripts or {}).items():
         tools.script(key, *behaviours)
-    data, source = parse_recipe_text(json.dumps(recipe), "<attack>")
-    plan = validate_plan(data, source, registry, base_dir=base_dir)
     memory = InMemorySpanExporter()
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(memory))
-    with FakeOpenAIServer(model or (lambda request: "done")) as server:
-        server.inject(*faults)
-
-        async def go() -> RunResult:
-            config = LLMConfig(model="m", base_url=server.base_url, api_key=SecretStr("k"))
-            client = LLMClient(config, budget=Budget(), sleep=instant_sleep)
-            bus = EventBus("r")
-            follow(bus, provider.get_tracer("attack"), server=server_of(server.base_url))
-            try:
-                executor = Executor(
-                    plan,
-                    registry=registry,
-                    base_dir=base_dir,
-                    approver=ApproveAll(),
-                    agent_runner=ReactAgent(client),
-                    llm=client,
-                    events=bus,
-                    sleep=instant_sleep,
-                    secrets=Secrets(secrets),
-                )
-                return await executor.run()
-            finally:
-                await client.aclose()
-
-        result = asyncio.run(go())
+    bus = EventBus("r")
+    follow(bus, provider.get_tracer("attack"))
+    result = run_recipe_text(
+        json.dumps(recipe),
+        registry,
+        base_dir=base_dir,
+        approver=ApproveAll(),
+        model=model or (lambda request: "done"),
+        faults=faults,
+        events=bus,
+        secrets=Secrets(secrets),
+    )
     provider.shutdown()
     return result, list(memory.get_finished_spans())

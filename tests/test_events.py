@@ -2,32 +2,23 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
-from pydantic import SecretStr
-
 from capabilities import default_registry
-from engine._yaml import parse_recipe_text
 from engine.approval import ApproveAll
 from engine.events import Event, EventBus
-from engine.executor import Executor
-from engine.llm import Budget, LLMClient, LLMConfig
 from engine.results import RunResult
 from engine.testing import (
     ChatReply,
     ChatRequest,
     Fail,
-    FakeOpenAIServer,
     Fault,
     ScriptedTools,
     ToolCall,
-    instant_sleep,
+    run_recipe_text,
 )
-from engine.validation import validate_plan
-from planners.react import ReactAgent
 
 
 def test_sinks_see_each_event_redacted_once_and_other_subscribers_see_it_as_made() -> None:
@@ -89,38 +80,25 @@ def _run(
     registry = default_registry()
     tools = ScriptedTools(registry)
     tools.script("flaky", Fail("down"), Fail("down"), "up")
-    data, source = parse_recipe_text(text, "<events>")
-    plan = validate_plan(data, source, registry, base_dir=base_dir)
     events: list[Event] = []
     slept: list[float] = []
 
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
-    with FakeOpenAIServer(model or (lambda request: "done")) as server:
-        server.inject(*faults)
-
-        async def go() -> RunResult:
-            config = LLMConfig(model="m", base_url=server.base_url, api_key=SecretStr("k"))
-            client = LLMClient(config, budget=Budget(), sleep=sleep)
-            bus = EventBus("r")
-            bus.subscribe(events.append)
-            try:
-                executor = Executor(
-                    plan,
-                    registry=registry,
-                    base_dir=base_dir,
-                    approver=ApproveAll(),
-                    agent_runner=ReactAgent(client),
-                    llm=client,
-                    events=bus,
-                    sleep=instant_sleep,
-                )
-                return await executor.run()
-            finally:
-                await client.aclose()
-
-        return asyncio.run(go()), events, slept
+    bus = EventBus("r")
+    bus.subscribe(events.append)
+    result = run_recipe_text(
+        text,
+        registry,
+        base_dir=base_dir,
+        approver=ApproveAll(),
+        model=model or (lambda request: "done"),
+        faults=faults,
+        events=bus,
+        model_sleep=sleep,
+    )
+    return result, events, slept
 
 
 def _recipe(*steps: dict[str, Any]) -> str:

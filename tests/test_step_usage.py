@@ -3,32 +3,25 @@ calls and tokens and its tool calls, across attempts, items, fallbacks and agent
 
 from __future__ import annotations
 
-import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pydantic import SecretStr, ValidationError
+from pydantic import ValidationError
 
 from capabilities import default_registry
-from engine._yaml import parse_recipe_text
 from engine.approval import ApproveAll
 from engine.events import EventBus
-from engine.executor import Executor
-from engine.llm import Budget, LLMClient, LLMConfig
 from engine.results import NO_USAGE, RunResult, StepUsage
 from engine.testing import (
     ChatReply,
     ChatRequest,
     Fail,
-    FakeOpenAIServer,
     ScriptedTools,
     ToolCall,
-    instant_sleep,
+    run_recipe_text,
 )
-from engine.validation import validate_plan
-from planners.react import ReactAgent
 
 
 def _model(request: ChatRequest) -> ChatReply | str:
@@ -83,29 +76,9 @@ def _run(base_dir: Path) -> RunResult:
             ],
         }
     )
-    data, source = parse_recipe_text(text, "<usage>")
-    plan = validate_plan(data, source, registry, base_dir=base_dir)
-    with FakeOpenAIServer(_model) as server:
-
-        async def go() -> RunResult:
-            config = LLMConfig(model="m", base_url=server.base_url, api_key=SecretStr("k"))
-            client = LLMClient(config, budget=Budget(), sleep=instant_sleep)
-            try:
-                executor = Executor(
-                    plan,
-                    registry=registry,
-                    base_dir=base_dir,
-                    approver=ApproveAll(),
-                    agent_runner=ReactAgent(client),
-                    llm=client,
-                    events=EventBus("r"),
-                    sleep=instant_sleep,
-                )
-                return await executor.run()
-            finally:
-                await client.aclose()
-
-        return asyncio.run(go())
+    return run_recipe_text(
+        text, registry, base_dir=base_dir, approver=ApproveAll(), model=_model, events=EventBus("r")
+    )
 
 
 def _counts(usage: StepUsage) -> tuple[int, int]:

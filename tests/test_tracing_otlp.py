@@ -391,6 +391,7 @@ def test_a_goal_session_is_one_trace_with_its_planning_and_replanning(
         "capabilities: {fs: {root: ., read: true}}\nreplan: {max: 1}\n", encoding="utf-8"
     )
     with FakeOpenAIServer(ScriptedModel(_planner)) as model:
+        model_port = int(model.base_url.split(":")[2].split("/")[0])
         proc = _planloom(
             "plan",
             "report on the notes",
@@ -434,6 +435,8 @@ def test_a_goal_session_is_one_trace_with_its_planning_and_replanning(
         assert attributes["gen_ai.operation.name"] == "chat"
         assert attributes["gen_ai.request.model"] == "m"
         assert attributes["gen_ai.usage.input_tokens"] > 0
+        assert attributes["server.address"] == "127.0.0.1"  # from --base-url, host only
+        assert attributes["server.port"] == model_port
     steps = {s.name for s in every if parent(s) is second}
     assert steps == {"step other"}  # `notes` was kept: it did not run again
     # The log file has the session's events too.
