@@ -6,10 +6,16 @@ this module composes the node tree itself, under the caps of `engine._limits` (n
 depth, node count, alias expansion), and turns nodes into data itself so that duplicate
 keys and an unquoted `{{` are reported with their positions instead of stopping at the
 first problem. Policies, `--capabilities` files and cassettes are read here too.
+
+A file that does not load is one located error like any other: a byte that is not UTF-8
+at its own line and column, a YAML syntax error where the parser stopped. Its diagnostic
+keeps the text of its line, so it is shown with a caret even where no `SourceMap` of the
+file reaches the renderer.
 """
 
 from __future__ import annotations
 
+import codecs
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -27,14 +33,15 @@ from ruamel.yaml.events import (
     StreamEndEvent,
 )
 from ruamel.yaml.nodes import ScalarNode
+from ruamel.yaml.reader import ReaderError
 from ruamel.yaml.resolver import VersionedResolver
 
 from engine._gc import collector_paused
 from engine._limits import MAX_ALIAS_NODES, MAX_DEPTH, MAX_NODES
-from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap
+from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap, split_lines
 from engine.errors import RecipeSyntaxError
 
-__all__ = ["MAX_RECIPE_BYTES", "parse_recipe_text", "read_recipe"]
+__all__ = ["MAX_RECIPE_BYTES", "decode_text", "parse_recipe_text", "read_recipe"]
 
 MAX_RECIPE_BYTES = 20_000_000
 
@@ -42,6 +49,15 @@ _INT = re.compile(r"^[-+]?[0-9][0-9_]*$")
 _SPECIAL_FLOATS = {".inf": "inf", "+.inf": "inf", "-.inf": "-inf", ".nan": "nan"}
 _TAG = "tag:yaml.org,2002:"
 _STR = _TAG + "str"
+_SAVE_AS_UTF8 = "save the file as UTF-8 (in most editors: Save As, Encoding: UTF-8)"
+# Byte order marks of the encodings YAML allows besides UTF-8 (UTF-32 first: its
+# little-endian mark starts with UTF-16's).
+_WIDE_BOMS = (
+    (codecs.BOM_UTF32_LE, "UTF-32"),
+    (codecs.BOM_UTF32_BE, "UTF-32"),
+    (codecs.BOM_UTF16_LE, "UTF-16"),
+    (codecs.BOM_UTF16_BE, "UTF-16"),
+)
 
 
 def read_recipe(path: str | Path) -> tuple[Any, SourceMap]:
@@ -54,15 +70,77 @@ def read_recipe(path: str | Path) -> tuple[Any, SourceMap]:
         raise _syntax(name, "unreadable", f"cannot read recipe: {exc.strerror or exc}") from exc
     if len(raw) > MAX_RECIPE_BYTES:
         raise _syntax(name, "too-large", f"recipe is larger than {MAX_RECIPE_BYTES} bytes")
+    return parse_recipe_text(decode_text(raw, name), name)
+
+
+def decode_text(raw: bytes, file: str) -> str:
+    """The text of a YAML file's bytes: UTF-8, with or without a byte order mark.
+
+    Raises:
+        RecipeSyntaxError: UTF-16 or UTF-32 text, a binary file, or a byte that is not
+            UTF-8, reported at its line and column with its line (the bad byte shown as
+            U+FFFD) and how to fix it.
+    """
+    if raw.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE, codecs.BOM_UTF32_BE)):
+        raise RecipeSyntaxError([_wide(raw, file)])
     if b"\x00" in raw:
-        raise _syntax(name, "binary-file", "this is a binary file, not a YAML recipe")
+        if _wide_without_bom(raw):
+            raise RecipeSyntaxError([_wide(raw, file)])
+        raise _syntax(file, "binary-file", "this is a binary file, not a YAML recipe")
+    body = raw[len(codecs.BOM_UTF8) :] if raw.startswith(codecs.BOM_UTF8) else raw
     try:
-        text = raw.decode("utf-8-sig")
+        return body.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise _syntax(
-            name, "encoding", f"recipe is not UTF-8 text (bad byte at offset {exc.start})"
-        ) from exc
-    return parse_recipe_text(text, name)
+        raise RecipeSyntaxError([_bad_byte(body, exc.start, file)]) from None
+
+
+def _wide(raw: bytes, file: str) -> Diagnostic:
+    """UTF-16 or UTF-32 text: YAML allows it, planloom reads UTF-8 (and says so)."""
+    found = next((name for bom, name in _WIDE_BOMS if raw.startswith(bom)), None)
+    how = "it starts with a byte order mark" if found else "every other byte is zero"
+    return Diagnostic(
+        file=file,
+        line=1,
+        column=1,
+        rule="encoding",
+        message=f"the file is {found or 'UTF-16'} text ({how}); planloom reads UTF-8",
+        hint=_SAVE_AS_UTF8,
+    )
+
+
+def _wide_without_bom(raw: bytes) -> bool:
+    """Whether `raw` looks like UTF-16 with no byte order mark: YAML is mostly ASCII, so
+    one byte of each pair is zero."""
+    head = raw[:64]
+    if len(head) < 4:
+        return False
+    for zeros, chars in ((head[1::2], head[0::2]), (head[0::2], head[1::2])):
+        if zeros.count(0) * 4 >= len(zeros) * 3 and chars.count(0) * 4 < len(chars):
+            return True
+    return False
+
+
+def _bad_byte(body: bytes, start: int, file: str) -> Diagnostic:
+    """The first byte that is not UTF-8, at its line and column (characters, as the YAML
+    parser counts them), keeping its line with the bad bytes shown as U+FFFD."""
+    before = split_lines(body[:start].decode("utf-8") + "^")  # valid up to the bad byte
+    rest = body[start : start + 4096].decode("utf-8", errors="replace")
+    byte = body[start]
+    hint = _SAVE_AS_UTF8
+    latin = bytes([byte]).decode("cp1252", errors="replace")
+    if latin.isprintable() and latin != "\ufffd":  # a Western editor's default, most often
+        hint = (
+            "save the file as UTF-8: it is probably Latin-1 or Windows-1252, "
+            f"where 0x{byte:02X} is '{latin}'"
+        )
+    return Diagnostic(
+        file=file,
+        line=len(before),
+        column=len(before[-1]),
+        rule="encoding",
+        message=f"the file is not UTF-8 text: byte 0x{byte:02X} cannot be read as UTF-8",
+        hint=hint,
+    ).with_source_line(before[-1][:-1] + split_lines(rest)[0])
 
 
 def parse_recipe_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap]:
@@ -80,11 +158,13 @@ def parse_recipe_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap
         with collector_paused():
             data, empty = _Loader(text, source).load()
     except LimitExceeded as exc:
-        raise RecipeSyntaxError([exc.diagnostic(file)]) from None
+        raise _failed(exc.diagnostic(file), source) from None
     except MarkedYAMLError as exc:
-        raise RecipeSyntaxError([_yaml_error(exc, source)]) from exc
+        raise _failed(_yaml_error(exc, source), source) from exc
+    except ReaderError as exc:
+        raise _failed(_unacceptable(exc, source), source) from exc
     except YAMLError as exc:
-        raise RecipeSyntaxError([source.at((), "yaml-syntax", str(exc))]) from exc
+        raise _failed(source.at((), "yaml-syntax", str(exc)), source) from exc
     if empty:
         raise RecipeSyntaxError(
             [source.at((), "empty", "the recipe is empty", "start with 'version: 1'")]
@@ -571,11 +651,38 @@ def _yaml_error(exc: MarkedYAMLError, source: SourceMap) -> Diagnostic:
     text = source.lines[line - 1] if 1 <= line <= len(source.lines) else ""
     if "{{" in text or (line >= 2 and "{{" in source.lines[line - 2]):
         hint = "quote template values: path: \"${{ item }}\" (a bare '{' starts a YAML mapping)"
-    elif "\t" in text:
+    elif "\t" in text[: len(text) - len(text.lstrip())] or "\t" in text[column - 1 : column]:
+        # a tab elsewhere (inside a quoted value) is allowed, and not what went wrong
         hint = "YAML does not allow tabs for indentation; use spaces"
     return Diagnostic(
         file=source.file, line=line, column=column, rule="yaml-syntax", message=problem, hint=hint
     )
+
+
+def _unacceptable(exc: ReaderError, source: SourceMap) -> Diagnostic:
+    """A character YAML does not allow (a control character), where it is."""
+    text = source.text or ""
+    position = exc.position if isinstance(exc.position, int) else 0
+    before = split_lines(text[:position] + "^")
+    code = exc.character if isinstance(exc.character, int) else 0
+    escape = f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return Diagnostic(
+        file=source.file,
+        line=len(before),
+        column=len(before[-1]),
+        rule="yaml-syntax",
+        message=f"character U+{code:04X} is not allowed in YAML",
+        hint=f'remove it, or write it as the escape "{escape}" inside a double-quoted string',
+    )
+
+
+def _failed(diagnostic: Diagnostic, source: SourceMap) -> RecipeSyntaxError:
+    """The error for a document that did not load, its diagnostic keeping its line: the
+    renderer gets no `SourceMap` of a document that did not load."""
+    lines = source.lines
+    if 1 <= diagnostic.line <= len(lines):
+        diagnostic = diagnostic.with_source_line(lines[diagnostic.line - 1])
+    return RecipeSyntaxError([diagnostic])
 
 
 def _syntax(file: str, rule: str, message: str) -> RecipeSyntaxError:

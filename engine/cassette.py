@@ -33,6 +33,7 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from engine._problems import validation_problems
+from engine._yaml import decode_text
 from engine.diagnostics import render_diagnostics
 from engine.errors import (
     BudgetExceeded,
@@ -208,11 +209,15 @@ class Cassette(_Entry):
             ConfigurationError: unreadable, not YAML, or not a cassette (says where).
         """
         try:
-            text = Path(path).read_text(encoding="utf-8")
+            raw = Path(path).read_bytes()
         except OSError as exc:
             raise ConfigurationError(f"cassette {path}: {exc.strerror or exc}") from exc
-        except UnicodeDecodeError as exc:
-            raise ConfigurationError(f"cassette {path}: not UTF-8 text ({exc.reason})") from exc
+        try:
+            text = decode_text(raw, str(path))
+        except PlanValidationError as exc:  # not UTF-8, UTF-16, binary: at line and column
+            raise ConfigurationError(
+                f"cassette {path}: {render_diagnostics(exc.diagnostics, None)}"
+            ) from None
         data = _read_yaml(text, str(path))
         if not isinstance(data, dict) or "planloom_cassette" not in data:
             raise ConfigurationError(

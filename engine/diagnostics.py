@@ -8,10 +8,11 @@ validation that works on plain data can still point at a line and column.
 from __future__ import annotations
 
 import difflib
+import re
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 
-from pydantic import BaseModel
+from pydantic import BaseModel, PrivateAttr
 
 from engine._sanitize import neutralize
 
@@ -24,6 +25,11 @@ Positions = tuple[dict[NodePath, tuple[int, int]], dict[NodePath, tuple[int, int
 Locator = Callable[["SourceMap", frozenset[NodePath] | None], Positions | None]
 """Finds positions in a map's text: of every node (None), or of the wanted paths only,
 or None when the text cannot be searched path by path."""
+# What YAML counts as a line break (and so the parser's line numbers): `str.splitlines`
+# also breaks at VT, FF and FS..RS, which would shift every line after one.
+_LINE_BREAK = re.compile("\r\n|[\n\r\x85\u2028\u2029]")
+_NOT_YAML_BREAK = re.compile("[\x0b\x0c\x1c-\x1e]")
+_SHOWN = 160  # characters of a long source line shown around the caret
 
 
 class Diagnostic(BaseModel):
@@ -35,10 +41,19 @@ class Diagnostic(BaseModel):
     rule: str
     message: str
     hint: str | None = None
+    # The text of the line, kept by a diagnostic whose file did not load (not YAML, not
+    # UTF-8): no `SourceMap` of it reaches the renderer. Not part of the model's data.
+    _source_line: str | None = PrivateAttr(default=None)
 
     def headline(self) -> str:
         """`FILE:LINE:COL: error[rule]: message`."""
         return f"{self.file}:{self.line}:{self.column}: error[{self.rule}]: {self.message}"
+
+    def with_source_line(self, text: str) -> Diagnostic:
+        """A copy that shows `text` as its line when rendered without a `SourceMap`."""
+        copy = self.model_copy()
+        copy._source_line = text
+        return copy
 
 
 class SourceMap:
@@ -92,8 +107,9 @@ class SourceMap:
 
     @property
     def lines(self) -> list[str]:
+        """The text's lines, split where YAML breaks lines (so line N is the parser's N)."""
         if self._lines is None:
-            self._lines = (self.text or "").splitlines()
+            self._lines = split_lines(self.text or "")
         return self._lines
 
     @property
@@ -182,21 +198,62 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str | None:
     return f"did you mean '{close[0]}'?" if close else None
 
 
+def split_lines(text: str) -> list[str]:
+    """`text` split into lines where YAML breaks them (CR LF, LF, CR, NEL, LS, PS)."""
+    if _NOT_YAML_BREAK.search(text) is None:
+        return text.splitlines()  # the same lines, five times faster
+    lines = _LINE_BREAK.split(text)
+    if lines[-1] == "":  # the break that ends the last line starts no new one
+        lines.pop()
+    return lines
+
+
 def render_diagnostics(diagnostics: Sequence[Diagnostic], source: SourceMap | None) -> str:
     """Human-readable text: headline, the offending line, a caret, and the hint.
 
-    Control characters are made visible (`neutralize`): a message may quote what a server
-    or a model wrote (a crashing server's stderr, tool names), headed for a terminal.
+    The line comes from `source`, or, for a file that did not load (not YAML, not UTF-8),
+    from the diagnostic itself. Control characters are made visible (`neutralize`): a
+    message may quote what a server or a model wrote (a crashing server's stderr, tool
+    names), headed for a terminal.
     """
     chunks: list[str] = []
     for diag in diagnostics:
         text = [neutralize(diag.headline())]
+        line = diag._source_line  # the model's own, read where it is shown
         if source is not None and 1 <= diag.line <= len(source.lines):
-            line = source.lines[diag.line - 1].rstrip("\n")
+            line = source.lines[diag.line - 1]
+        if line is not None:
             gutter = f"{diag.line:>5} | "
-            text.append(f"{gutter}{neutralize(line)}")
-            text.append(" " * (len(gutter) + max(diag.column - 1, 0)) + "^")
+            shown, caret = _excerpt(line, diag.column)
+            text.append(f"{gutter}{shown}")
+            text.append(" " * len(gutter) + caret)
         if diag.hint:
             text.append(f"  hint: {neutralize(diag.hint)}")
         chunks.append("\n".join(text))
     return "\n".join(chunks)
+
+
+def _excerpt(line: str, column: int) -> tuple[str, str]:
+    """The line as shown (neutralized; a long one cut around `column`) and the caret line
+    under it. The caret line repeats the line's tabs and counts what the terminal shows:
+    a marker such as `⟨FF⟩` is several columns, a CJK character two."""
+    import unicodedata  # only when a problem is shown
+
+    at = max(column - 1, 0)
+    before, after = line[:at], line[at:]
+    beyond = " " * min(at - len(before), _SHOWN)  # a column past the end of the line
+    head = tail = ""
+    if len(before) > _SHOWN // 2:
+        before, head = before[-(_SHOWN // 2) :], "…"
+    if len(after) > _SHOWN // 2:
+        after, tail = after[: _SHOWN // 2], "…"
+    before = head + neutralize(before)
+    pad = []
+    for char in before:
+        if char == "\t":
+            pad.append("\t")
+        elif unicodedata.combining(char):
+            continue
+        else:
+            pad.append("  " if unicodedata.east_asian_width(char) in "WF" else " ")
+    return before + neutralize(after) + tail, "".join(pad) + beyond + "^"

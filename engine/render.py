@@ -1,4 +1,9 @@
-"""Pictures of a plan: Mermaid, Graphviz DOT and plain ASCII, all offline."""
+"""Pictures of a plan: Mermaid, Graphviz DOT and plain ASCII, all offline.
+
+All three draw the same edges: the main steps' dependencies; the `finally` steps (set
+apart) and theirs, among them and on the main steps they read; and, dashed, from the main
+graph's last steps to the first `finally` steps, which start only once the main graph ends.
+"""
 
 from __future__ import annotations
 
@@ -29,6 +34,21 @@ def render_graph(plan: Plan, fmt: GraphFormat = "ascii") -> str:
     return _ascii(plan, main, final)
 
 
+def _finally_edges(
+    plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]
+) -> tuple[list[tuple[str, str]], list[tuple[str, str]]]:
+    """The edges into the `finally` steps from the main ones: each main step a `finally`
+    step reads (`build_graph` leaves these out, as the scheduler needs no such edge), and,
+    to be drawn dashed, "after the main graph" from its last steps to the first `finally`
+    steps (where a read does not already join the two)."""
+    reads = [(dep, step.id) for step in plan.finally_ for dep in build_deps(step) if dep in main]
+    sinks = [n for n in main if main.out_degree(n) == 0]
+    roots = [n for n in final if final.in_degree(n) == 0]
+    joined = set(reads)
+    after = [(a, b) for a in sinks for b in roots if (a, b) not in joined]
+    return reads, after
+
+
 def _label(step: Step) -> str:
     kind = step.tool or "agent"
     extras = [
@@ -55,20 +75,32 @@ def _mermaid(plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]) -> str:
         lines += [f"    {s.id}" for s in plan.finally_]
         lines.append("  end")
         lines += [f"  {a} --> {b}" for a, b in final.edges]
-        sinks = [n for n in main if main.out_degree(n) == 0]
-        roots = [n for n in final if final.in_degree(n) == 0]
-        lines += [f"  {a} -.-> {b}" for a in sinks for b in roots]
+        reads, after = _finally_edges(plan, main, final)
+        lines += [f"  {a} --> {b}" for a, b in reads]
+        lines += [f"  {a} -.-> {b}" for a, b in after]
     return "\n".join(lines) + "\n"
 
 
 def _dot(plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]) -> str:
-    lines = [f"digraph {json.dumps(plan.name)} {{", "  rankdir=LR;", "  node [shape=box];"]
-    for step in plan.all_steps():
+    def node(step: Step, extra: str = "") -> str:
         label = json.dumps(f"{step.id}\n{_label(step)}")
-        style = ", style=dashed" if step in plan.finally_ else ""
-        lines.append(f"  {json.dumps(step.id)} [label={label}{style}];")
-    for a, b in [*main.edges, *final.edges]:
-        lines.append(f"  {json.dumps(a)} -> {json.dumps(b)};")
+        return f"{json.dumps(step.id)} [label={label}{extra}];"
+
+    def edge(a: str, b: str, extra: str = "") -> str:
+        return f"  {json.dumps(a)} -> {json.dumps(b)}{extra};"
+
+    lines = [f"digraph {json.dumps(plan.name)} {{", "  rankdir=LR;", "  node [shape=box];"]
+    lines += [f"  {node(step)}" for step in plan.steps]
+    lines += [edge(a, b) for a, b in main.edges]
+    if plan.finally_:
+        # A subgraph named cluster_* is drawn boxed: the counterpart of Mermaid's subgraph.
+        lines += ["  subgraph cluster_finally {", '    label="finally";', "    style=dashed;"]
+        lines += [f"    {node(step, ', style=dashed')}" for step in plan.finally_]
+        lines.append("  }")
+        lines += [edge(a, b) for a, b in final.edges]
+        reads, after = _finally_edges(plan, main, final)
+        lines += [edge(a, b) for a, b in reads]
+        lines += [edge(a, b, " [style=dashed]") for a, b in after]
     lines.append("}")
     return "\n".join(lines) + "\n"
 
@@ -77,10 +109,13 @@ def _ascii(plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]) -> str:
     steps = {s.id: s for s in plan.all_steps()}
     width = max((len(s) for s in steps), default=4)
     lines = [f"{plan.name}: {len(plan.steps)} steps, {len(plan.finally_)} finally"]
+    reads: dict[str, list[str]] = {}  # a finally step → the main steps it reads
+    for a, b in _finally_edges(plan, main, final)[0]:
+        reads.setdefault(b, []).append(a)
     for title, graph in (("layer", main), ("finally", final)):
         for depth, layer in enumerate(nx.topological_generations(graph), start=1):
             for node in sorted(layer):
-                parents = sorted(graph.predecessors(node))
+                parents = sorted(graph.predecessors(node)) + sorted(reads.get(node, ()))
                 after = f"  ← {', '.join(parents)}" if parents else ""
                 head = f"{title} {depth}" if title == "layer" else "finally"
                 lines.append(f"  {head:<9} {node:<{width}}  {_label(steps[node])}{after}")

@@ -238,7 +238,8 @@ def test_invalid_utf8_names_the_bad_byte(tmp_path: Path, monkeypatch: pytest.Mon
     with pytest.raises(RecipeSyntaxError) as info:
         read_recipe("r.yaml")
     assert [d.headline() for d in info.value.diagnostics] == [
-        "r.yaml:1:1: error[encoding]: recipe is not UTF-8 text (bad byte at offset 20)"
+        "r.yaml:2:10: error[encoding]: the file is not UTF-8 text: byte 0xE9 cannot be read "
+        "as UTF-8"
     ]
 
 
