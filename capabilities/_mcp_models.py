@@ -8,7 +8,16 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    WithJsonSchema,
+    create_model,
+    field_validator,
+)
 
 from capabilities._net import canonical_host, literal_address, parse_url
 from engine._secrets import declare_secret_env_names
@@ -23,6 +32,7 @@ __all__ = [
     "StdioServer",
     "is_loopback_host",
     "nesting",
+    "result_model",
 ]
 
 FAMILY = "mcp"
@@ -181,3 +191,15 @@ def nesting(value: Any) -> int:
             children = item.values() if isinstance(item, dict) else item
             stack.extend((child, depth + 1) for child in children)
     return deepest
+
+
+def result_model(output_schema: dict[str, Any] | None) -> type[McpResult]:
+    """The result model of a tool: `McpResult`, its `structured` part described by the
+    tool's `outputSchema` when it has one (validation checks references against it)."""
+    if not output_schema:
+        return McpResult
+    structured = Annotated[dict[str, Any] | None, WithJsonSchema(output_schema)]
+    model: type[McpResult] = create_model(
+        "McpToolResult", __base__=McpResult, structured=(structured, None)
+    )
+    return model

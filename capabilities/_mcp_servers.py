@@ -243,8 +243,14 @@ def _tool_json(tool: mcp_types.Tool, globs: list[str]) -> dict[str, Any]:
         schema, unusable = None, f"its inputSchema nests deeper than {MAX_NESTING} levels"
     elif len(json.dumps(schema)) > _MAX_SCHEMA:
         schema, unusable = None, f"its inputSchema is larger than {_MAX_SCHEMA:,} bytes"
+    output: dict[str, Any] | None = tool.output_schema
+    if output is not None and (
+        nesting(output) > MAX_NESTING or len(json.dumps(output)) > _MAX_SCHEMA
+    ):
+        output = None  # too deep or too large to check references against: not checked
     return {
         "name": tool.name,
+        "output_schema": output,
         "title": (tool.title or (notes.title if notes is not None else None) or "")[:_MAX_TEXT],
         "description": (tool.description or "")[:_MAX_TEXT],
         "input_schema": schema,

@@ -36,6 +36,7 @@ from capabilities._mcp_models import (
     McpResult,
     StdioServer,
     nesting,
+    result_model,
 )
 from capabilities.shell import confinement_report
 from engine._sanitize import cap, neutralize
@@ -213,6 +214,7 @@ def _add_tool(
         withheld[name] = f"'{name}' cannot be used: {exc}"
         return
     read_only = tool.get("read_only") is True
+    output = tool.get("output_schema")
     destructive = tool.get("destructive") is True
     idempotent = tool.get("idempotent") is True
     actions.append(
@@ -221,7 +223,7 @@ def _add_tool(
             _description(tool),
             model,
             functools.partial(_call, server, tool_name),
-            result_model=McpResult,
+            result_model=result_model(output if isinstance(output, dict) else None),
             side_effects=not read_only,
             idempotent=idempotent,
             gate_note="the server marks this tool destructive" if destructive else None,

@@ -74,6 +74,8 @@ class Attempts:
         items = compiled.for_each
         if isinstance(items, Template):
             items = items.render(context)
+        if isinstance(items, range):  # `${{ range(3) }}`, as validation counts it
+            items = list(items)
         if not isinstance(items, list):
             raise TemplateError(
                 f"for_each must give a list, got {type(items).__name__}: {items!r:.80}"

@@ -6,6 +6,7 @@ import jinja2
 
 from engine._graph import step_parsed
 from engine._validation_graph import unknown_step
+from engine._validation_outputs import Outputs
 from engine._validation_report import Report
 from engine.diagnostics import NodePath, did_you_mean
 from engine.model import Plan, Step
@@ -46,9 +47,16 @@ def check_step_shape(report: Report, path: NodePath, step: Step) -> None:
 
 
 def check_step_templates(
-    report: Report, path: NodePath, step: Step, plan: Plan, visible: set[str], later: set[str]
+    report: Report,
+    path: NodePath,
+    step: Step,
+    plan: Plan,
+    visible: set[str],
+    later: set[str],
+    outputs: Outputs | None = None,
 ) -> None:
-    """Check every template of `step` against the names it may read there."""
+    """Check every template of `step` against the names it may read there, and, with
+    `outputs`, against what the steps it reads output."""
     allowed_roots = {"inputs", "steps"}
     for sub, source, template in step_parsed(step):
         names = set(allowed_roots)
@@ -56,14 +64,21 @@ def check_step_templates(
             names |= {"item", "index"}
         if path[0] == "finally":
             names.add("run")
-        _check_template(report, (*path, *sub), source, plan, names, visible, later, template)
+        _check_template(
+            report, (*path, *sub), source, plan, names, visible, later, template, outputs
+        )
+        if outputs is not None and template is not None and len(template.references) == 1:
+            outputs.check_param(report, path, step, sub, template, visible)
 
 
-def check_outputs(report: Report, plan: Plan, visible: set[str]) -> None:
+def check_outputs(
+    report: Report, plan: Plan, visible: set[str], outputs: Outputs | None = None
+) -> None:
     """Check the templates of the plan's `outputs`."""
     for name, value in plan.outputs.items():
         for sub, source in find_templates(value, ("outputs", name)):
-            _check_template(report, sub, source, plan, {"inputs", "steps", "run"}, visible, set())
+            names = {"inputs", "steps", "run"}
+            _check_template(report, sub, source, plan, names, visible, set(), None, outputs)
 
 
 def _check_template(
@@ -75,6 +90,7 @@ def _check_template(
     visible: set[str],
     later: set[str],
     template: Template | None = None,
+    outputs: Outputs | None = None,
 ) -> None:
     try:
         template = template or Template.parse(source)
@@ -122,3 +138,5 @@ def _check_template(
                     "a step has: " + ", ".join(STEP_FIELDS)
                 )
                 report(path, "bad-reference", f"steps.{target} has no field '{ref[2]}'", hint)
+            elif len(ref) >= 4 and ref[2] == "output" and outputs is not None:
+                outputs.check_read(report, path, ref, source)

@@ -11,8 +11,9 @@ import difflib
 import re
 import zlib
 from collections.abc import Callable, Iterable, Sequence
+from typing import Literal
 
-from pydantic import BaseModel, PrivateAttr
+from pydantic import BaseModel, Field, PrivateAttr
 
 from engine._sanitize import neutralize
 
@@ -41,13 +42,19 @@ class Diagnostic(BaseModel):
     rule: str
     message: str
     hint: str | None = None
+    # A warning is shown (`validate`, `run`) but refuses nothing. Left out of the data of
+    # an error, so the JSON of errors reads as it always has.
+    severity: Literal["error", "warning"] = Field(
+        "error", exclude_if=lambda severity: severity == "error"
+    )
     # The text of the line, kept by a diagnostic whose file did not load (not YAML, not
     # UTF-8): no `SourceMap` of it reaches the renderer. Not part of the model's data.
     _source_line: str | None = PrivateAttr(default=None)
 
     def headline(self) -> str:
-        """`FILE:LINE:COL: error[rule]: message`."""
-        return f"{self.file}:{self.line}:{self.column}: error[{self.rule}]: {self.message}"
+        """`FILE:LINE:COL: error[rule]: message` (`warning[rule]` for a warning)."""
+        where = f"{self.file}:{self.line}:{self.column}"
+        return f"{where}: {self.severity}[{self.rule}]: {self.message}"
 
     def with_source_line(self, text: str) -> Diagnostic:
         """A copy that shows `text` as its line when rendered without a `SourceMap`."""

@@ -17,6 +17,7 @@ from engine._gc import collector_paused
 from engine._validation_actions import bind_grants, check_action, check_grants
 from engine._validation_graph import check_cycles, check_depends_on, step_ids
 from engine._validation_keys import SECTIONS, without_unknown_keys
+from engine._validation_outputs import Outputs
 from engine._validation_pydantic import report_model_errors
 from engine._validation_report import Report
 from engine._validation_templates import (
@@ -152,6 +153,7 @@ class _Checker:
         final_ids = self.raw_ids.get("finally", set()) | {
             s.id for p, s in steps if p[0] == "finally"
         }
+        outputs = Outputs([step for _, step in steps], registry)
         for path, step in steps:
             check_action(
                 report, registry, path, step.tool, step.params, granted, step.agent, unavailable
@@ -172,11 +174,11 @@ class _Checker:
             visible = main_ids if path[0] == "steps" else main_ids | final_ids
             later = final_ids if path[0] == "steps" else set()
             check_depends_on(report, path, step, visible, later)
-            check_step_templates(report, path, step, plan, visible, later)
+            check_step_templates(report, path, step, plan, visible, later, outputs)
         for section in SECTIONS:
             section_steps = [(p, s) for p, s in steps if p[0] == section]
             check_cycles(report, section_steps, ids)
-        check_outputs(report, plan, main_ids | final_ids)
+        check_outputs(report, plan, main_ids | final_ids, outputs)
 
     def _family_limits(self, plan: Plan) -> None:
         """`limits.per_family` names granted families: a limit on anything else is a typo

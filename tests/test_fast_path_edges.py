@@ -195,7 +195,7 @@ CYCLES = {
             "id": "b",
             "tool": "fs.read",
             "params": {"path": "x"},
-            "fallback": {"tool": "fs.read", "params": {"path": "${{ steps.a.output }}"}},
+            "fallback": {"tool": "fs.read", "params": {"path": "${{ steps.a.output.content }}"}},
         },
     ],
     "through for_each": [
@@ -205,7 +205,7 @@ CYCLES = {
             "tool": "fs.read",
             "params": {"path": "x"},
         },
-        {"id": "b", "tool": "fs.read", "params": {"path": "${{ steps.a.output }}"}},
+        {"id": "b", "tool": "fs.read", "params": {"path": "${{ steps.a.output[0].content }}"}},
     ],
 }
 

@@ -563,7 +563,7 @@ def _recipes(draw: st.DrawFn) -> dict[str, Any]:
 
     def step(index: int, earlier: list[str], *, final: bool) -> dict[str, Any]:
         sid = f"{'f' if final else 's'}{index}"
-        refs = [f"${{{{ steps.{e}.output }}}}" for e in earlier]
+        refs = [f"${{{{ steps.{e}.output | tojson }}}}" for e in earlier]
         refs += [f"${{{{ inputs.{name} }}}}" for name in inputs]
         if final:
             refs.append("${{ run.status }}")

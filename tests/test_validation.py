@@ -665,7 +665,7 @@ def test_templated_params_are_not_type_checked(valid: Callable[[str], Plan]) -> 
             tool: fs.write
             params:
               path: "${{ steps.a.output.stdout }}"
-              content: "${{ steps.a.output }}"
+              content: "${{ steps.a.output.stdout }}"
               create_dirs: "${{ inputs.check }}"
         """
     )
@@ -702,10 +702,10 @@ def test_two_step_cycle(check: Check) -> None:
         steps:
           - id: a
             tool: fs.read
-            params: {path: "${{ steps.b.output }}"}
+            params: {path: "${{ steps.b.output.content }}"}
           - id: b
             tool: fs.read
-            params: {path: "${{ steps.a.output }}"}
+            params: {path: "${{ steps.a.output.content }}"}
         """
     )
     assert pairs(diags) == [("r.yaml:4:9: error[cycle]: dependency cycle: a → b → a", CYCLE_HINT)]
@@ -746,7 +746,7 @@ def test_self_reference_is_a_cycle(check: Check) -> None:
             params: {path: x}
           - id: me
             tool: fs.read
-            params: {path: "${{ steps.me.output }}"}
+            params: {path: "${{ steps.me.output.content }}"}
         """
     )
     assert pairs(diags) == [("r.yaml:7:9: error[cycle]: dependency cycle: me → me", CYCLE_HINT)]
@@ -768,7 +768,7 @@ def test_cycle_among_finally_steps(check: Check) -> None:
             depends_on: [g]
           - id: g
             tool: fs.read
-            params: {path: "${{ steps.f.output }}"}
+            params: {path: "${{ steps.f.output.content }}"}
         """
     )
     assert headlines(diags) == ["r.yaml:8:9: error[cycle]: dependency cycle: f → g → f"]
@@ -892,7 +892,7 @@ def test_names_that_are_defined_where_they_are_used(valid: Callable[[str], Plan]
             params: {path: log, content: "${{ run.status }} ${{ steps.c.status }}"}
           - id: m
             tool: fs.read
-            params: {path: "${{ steps.n.output }}"}
+            params: {path: "${{ steps.n.output.path }}"}
         outputs:
           s: ${{ run.status }}
           o: ${{ steps.n.output }}
