@@ -12,12 +12,14 @@ basename of the program's *real* path, so a symlink or a copy under another name
 rules of what it really is. This module applies the table: it refuses wrappers, interpreters
 and programs that run code, runs the option scan (`_argrules_options`) and hands programs
 whose syntax needs a parser to theirs (`_argrules_git`, `_argrules_sed`, `_argrules_awk`,
-`_argrules_sqlite`, `_argrules_writers`); git's config-driven programs are reset by
+`_argrules_sqlite`, `_argrules_writers`, and `_argrules_scripts` for interpreters that
+may run a script file from the granted folder); git's config-driven programs are reset by
 `_gitconfig`. Parsing is conservative: when an argument cannot be understood, it is refused.
 A grant lifts every rule for a program by naming it in both `allow` and `unsafe_args`;
 Landlock and the namespaces still apply.
 
-Rule ids: `shell.argument` (an exec-escape, wrapper, interpreter or unreadable script),
+Rule ids: `shell.argument` (an exec-escape, wrapper, interpreter code, a script outside the
+folder, or an unreadable script),
 `shell.output-path` (a file the program would write lies outside the granted folder) and
 `shell.option-from-data` (a templated argument would be read as an option).
 """
@@ -34,6 +36,7 @@ from capabilities._argrules_context import ArgContext
 from capabilities._argrules_data import protect_data_arguments
 from capabilities._argrules_git import check_git, git_arguments
 from capabilities._argrules_options import scan_options
+from capabilities._argrules_scripts import INFO_ONLY, check_script
 from capabilities._argrules_sed import check_sed
 from capabilities._argrules_sqlite import check_sqlite
 from capabilities._argrules_writers import (
@@ -51,10 +54,10 @@ __all__ = [
     "final_arguments",
     "protect_data_arguments",
     "rule_family",
+    "runs_scripts",
 ]
 
-_INFO_ONLY = frozenset({"--version", "--help", "-V", "-h", "-?"})
-_MULTI_CALL_INFO = frozenset({*_INFO_ONLY, "--list", "--list-full"})
+_MULTI_CALL_INFO = frozenset({*INFO_ONLY, "--list", "--list-full"})
 
 
 def rule_family(name: str) -> str | None:
@@ -63,17 +66,27 @@ def rule_family(name: str) -> str | None:
     return entry.rule if entry is not None else None
 
 
+def runs_scripts(name: str) -> bool:
+    """Whether the table lets the program with this basename run a script file."""
+    entry = lookup(name)
+    return entry is not None and entry.script is not None
+
+
 def check_arguments(args: Sequence[str], ctx: ArgContext) -> None:
     """Raise `CapabilityDenied` if `args` (argv without argv[0]) could escape the grant."""
     entry = lookup(ctx.name)
     if entry is None:
         return
     if entry.rule == "runs-code":
-        raise ctx.deny(" ".join(args) or ctx.name, f"cannot be checked: {ctx.name} {entry.why}")
+        why = f"cannot be checked: {ctx.label} {entry.why}"
+        raise ctx.deny(" ".join(args), why) if args else ctx.deny_call(why)
+    if entry.script is not None:
+        check_script(args, ctx, entry.script)
+        return
     if entry.rule in ("wrapper", "interpreter"):
         for arg in args:
-            if arg not in _INFO_ONLY:
-                raise ctx.deny(arg, f"is refused: {ctx.name} {entry.why} ({entry.rule})")
+            if arg not in INFO_ONLY:
+                raise ctx.deny(arg, f"is refused: {ctx.label} {entry.why} ({entry.rule})")
         return
     for arg in args:
         for pattern, why in entry.deny:
@@ -104,7 +117,7 @@ def _nothing(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
 
 def _env(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
     """`env` alone prints the environment; with a command it is a wrapper."""
-    harmless = {"-0", "--null", "-i", "--ignore-environment", "-", *_INFO_ONLY}
+    harmless = {"-0", "--null", "-i", "--ignore-environment", "-", *INFO_ONLY}
     it = iter(args)
     for arg in it:
         if arg in harmless or re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*=.*", arg, re.DOTALL):
@@ -125,7 +138,7 @@ def _multi_call(args: Sequence[str], ctx: ArgContext, entry: Program) -> None:
     if first.startswith("-"):
         if first in _MULTI_CALL_INFO and len(args) == 1:
             return
-        raise ctx.deny(first, f"is a {ctx.name} option (only --help and --list are allowed)")
+        raise ctx.deny(first, f"is a {ctx.label} option (only --help and --list are allowed)")
     applet = os.path.basename(first)
     known = lookup(applet)
     if known is None or known.rule == "multi-call":

@@ -2,6 +2,8 @@
 
 `ArgContext.deny` is the refusal of an argument (rule `shell.argument`); `ArgContext.jail`
 holds a path the program would write to the granted folder (rule `shell.output-path`).
+Messages name the program as the recipe wrote it (`python3`), not as the rules found it
+(`/usr/bin/python3.11`), unless the file it resolves to is judged as another program.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from capabilities._programs import lookup
 from engine.errors import CapabilityDenied
 
 __all__ = ["ArgContext", "show"]
@@ -26,6 +29,7 @@ class ArgContext:
         workdir: the folder the program runs in (a real path inside `root`).
         step_id: the calling step, for errors.
         applet: the applet a multi-call binary (`busybox`) is asked to run, if any.
+        written: the program as the recipe wrote it (`argv[0]`), for messages.
     """
 
     program: str
@@ -33,18 +37,46 @@ class ArgContext:
     workdir: str
     step_id: str | None = None
     applet: str | None = None
+    written: str | None = None
 
     @property
     def name(self) -> str:
         """The name the rules judge: the applet, else the real path's basename."""
         return self.applet or os.path.basename(self.program)
 
+    @property
+    def label(self) -> str:
+        """The program as messages name it: as written (`python3`, `busybox sh`), with the
+        file it resolves to only when that file is judged as another program (`./ls`
+        that is `/usr/bin/rm`), so the message says why these rules apply."""
+        written = self.written or os.path.basename(self.program)
+        label = f"{written} {self.applet}" if self.applet else written
+        if lookup(os.path.basename(written)) is not lookup(os.path.basename(self.program)):
+            label += f" ({self.program})"
+        return label
+
+    @property
+    def grant_name(self) -> str:
+        """What to write in `allow`/`unsafe_args` for this program: the name as written,
+        unless it is a relative path that the grant (relative to its `cwd`, not the call's
+        folder) would read as another file; then the real path."""
+        written = self.written or os.path.basename(self.program)
+        if "/" not in written or os.path.isabs(written):
+            return written
+        same = os.path.realpath(os.path.join(self.root, written)) == self.program
+        return written if same else self.program
+
     def deny(self, arg: str, why: str) -> CapabilityDenied:
-        grant = os.path.basename(self.program)
+        """The refusal of argument `arg`, `why` saying what it would do."""
+        return self.deny_call(f"argument {show(arg)} {why}")
+
+    def deny_call(self, why: str) -> CapabilityDenied:
+        """The refusal of the call as a whole (rule `shell.argument`), with the grant that
+        would lift it."""
+        grant = self.grant_name
         return CapabilityDenied(
-            f"{self.name} ({self.program}): argument {show(arg)} {why}; if this recipe "
-            f"really needs it, grant it with `capabilities: shell: {{allow: [{grant}], "
-            f"unsafe_args: [{grant}]}}`",
+            f"{self.label}: {why}; if this recipe really needs it, grant it with "
+            f"`capabilities: shell: {{allow: [{grant}], unsafe_args: [{grant}]}}`",
             rule="shell.argument",
             step_id=self.step_id,
         )
@@ -56,7 +88,7 @@ class ArgContext:
         real = os.path.realpath(os.path.join(self.workdir, path))
         if os.path.commonpath([self.root, real]) != self.root:
             raise CapabilityDenied(
-                f"{self.name} ({self.program}): argument {show(arg)} writes to {real}, "
+                f"{self.label}: argument {show(arg)} writes to {real}, "
                 f"outside the granted folder {self.root}; write to a path inside it",
                 rule="shell.output-path",
                 step_id=self.step_id,

@@ -108,8 +108,14 @@ def _from_data(
     slot: _Slot,
     follows: int | None,
 ) -> CapabilityDenied:
-    name = ctx.name
-    if not accepts:
+    name = ctx.label
+    entry = lookup(ctx.name)
+    if entry is not None and entry.script is not None:
+        why = (
+            f"{name} reads what comes before its script as options, and the script may "
+            "read what follows it as options too, so nothing can mark it as a file name"
+        )
+    elif not accepts:
         why = f"{name} is not known to accept `--`, so nothing can mark it as a file name"
     elif slot == "unknown":
         why = (
@@ -125,7 +131,7 @@ def _from_data(
     if follows is not None:
         fix = f"put the recipe's own options before the templated arguments, or {fix}"
     return CapabilityDenied(
-        f"{name} ({ctx.program}): argv[{index}] {show(argv[index])} comes from a template "
+        f"{name}: argv[{index}] {show(argv[index])} comes from a template "
         f"and starts with '-', so {name} would read it as an option; {why}. To fix: {fix}",
         rule="shell.option-from-data",
         step_id=ctx.step_id,

@@ -20,6 +20,9 @@ rule of what they really are), and says:
 * `prepend`: arguments `shell.run` puts first, after the checks: they keep a program from
   reading a start-up file from HOME (which is the working folder), where a file written by
   an earlier step could set options the checks never saw.
+* `script`: for an interpreter, how its command line names a script file (see `Script`):
+  such an interpreter may run a script inside the granted folder, under the options the
+  entry knows to be harmless.
 """
 
 from __future__ import annotations
@@ -27,11 +30,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Options", "Program", "Rule"]
+__all__ = ["Options", "Program", "Rule", "Script"]
 
 Rule = Literal[
     "wrapper",  # runs its operands as a command: refused (except --help/--version)
-    "interpreter",  # its arguments are code or name a script: refused (except --help/--version)
+    "interpreter",  # its arguments are code; with a `script`, a script file in the folder runs
     "runs-code",  # runs code or other programs whatever it is given: always refused
     "checked",  # `deny` patterns and the `options` scan (refused and jailed options)
     "writes-operands",  # every path operand is written or removed: held to the folder
@@ -81,6 +84,47 @@ class Options:
 
 
 @dataclass(frozen=True, slots=True)
+class Script:
+    """How an interpreter's command line names a script file, option by option.
+
+    The first argument that is not an option (or the one after `--`) is the script; what
+    follows it belongs to the script. An option the entry does not list is refused, so an
+    interpreter option that runs inline code, a module or a start-up file from elsewhere is
+    never let through by being unknown. Options are written with their dash (`-c`, `--eval`).
+
+    Attributes:
+        flags: short options without a value (clustered as `-Bu`).
+        value: short options whose value is the rest of the cluster or else the next
+            argument (`-Wdefault`, `-W default`); they end the cluster.
+        value_next: short options whose value is the next argument while the cluster goes
+            on (`bash -eo pipefail`).
+        attached: short options with an optional value attached in the cluster, each with
+            the pattern of the text it takes from there (`perl -l0`, `-0777`, `-i.bak`).
+        long: long options without `--` and whether each takes a value.
+        long_value: how a long option's value is given: `next` argument, `equals` (`=`) or
+            `both`.
+        plus: options may also start with `+` (sh: `+e` switches `-e` off).
+        underscores: `_` and `-` are the same in long option names (node).
+        values: option -> the pattern its value must match whole (others are refused).
+        refused: option -> why it is refused: inline code, modules, standard input,
+            start-up files, search paths. `-` (standard input) belongs here too.
+        info: options that only print and exit; given alone, no script is needed.
+    """
+
+    flags: str = ""
+    value: str = ""
+    value_next: str = ""
+    attached: tuple[tuple[str, str], ...] = ()
+    long: tuple[tuple[str, bool], ...] = ()
+    long_value: Literal["next", "equals", "both"] = "both"
+    plus: bool = False
+    underscores: bool = False
+    values: tuple[tuple[str, str], ...] = ()
+    refused: tuple[tuple[str, str], ...] = ()
+    info: frozenset[str] = frozenset()
+
+
+@dataclass(frozen=True, slots=True)
 class Program:
     """One entry of the program table (see this module's docstring)."""
 
@@ -92,3 +136,4 @@ class Program:
     deny: tuple[tuple[str, str], ...] = ()
     dot_commands: frozenset[str] = frozenset()
     prepend: tuple[str, ...] = ()
+    script: Script | None = None

@@ -2,7 +2,9 @@
 
 Wrappers run the command in their operands, interpreters take code or a script in their
 arguments, and editors, pagers, build tools and toolchains run code whatever they are given.
-All of them are refused unless the grant lists the program in `unsafe_args`.
+All of them are refused unless the grant lists the program in `unsafe_args`; the
+interpreters that may run a script file from the granted folder (sh, bash, python, perl,
+ruby, node) have entries of their own in `_programs_scripts`.
 """
 
 from __future__ import annotations
@@ -58,15 +60,15 @@ WRAPPERS = (
     Program(r"coreutils", "wrapper", "runs the utility named in its arguments"),
 )
 
-# --- interpreters: their arguments are code, or name a script -------------------------------
+# --- interpreters: their arguments are code, or name a script (see also _programs_scripts) ---
 INTERPRETERS = (
     Program(
-        r"sh|bash|dash|zsh|ksh|ksh93|mksh|ash|hush|msh|lash|csh|tcsh|fish|yash|rbash",
+        r"zsh|ksh|ksh93|mksh|ash|hush|msh|lash|csh|tcsh|fish|yash",
         "interpreter",
         _INTERPRETER,
     ),
     Program(
-        r"python[\d.]*|pypy[\d.]*|perl[\d.]*|ruby[\d.]*|irb|erb|node|nodejs|deno|bun|"
+        r"pypy[\d.]*|irb|erb|deno|bun|"
         r"php[\d.]*|lua[\d.]*|luajit|tclsh[\d.]*|wish[\d.]*|expectk|Rscript|R|julia|pwsh|"
         r"guile[\d.-]*|java|jshell|jrunscript|scala|groovy|osascript|dc|"
         r"psql|mysql|mariadb|redis-cli|gnuplot|octave[\w.-]*",

@@ -28,9 +28,12 @@ class ShellGrant(BaseModel):
         pass_env: names of variables copied from the engine's environment, when set.
         max_output: bytes kept per output stream; past it the command is killed.
         unsafe_args: programs (also in `allow`) whose argument rules are lifted: exec-escape
-            flags, wrappers (`env CMD`, `xargs`), interpreter code (`sh -c`, `python -c`),
-            output files outside `cwd`. Compared by real path. Kernel confinement stays, and
-            templated arguments are still kept from being read as options.
+            flags, wrappers (`env CMD`, `xargs`), interpreter code (`sh -c`, `python -c`,
+            `node -e`, a script from standard input or outside `cwd`, interpreter options
+            not known to be harmless), output files outside `cwd`. Compared by real path.
+            Kernel confinement stays, and templated arguments are still kept from being
+            read as options. An allowed interpreter (sh, bash, python, perl, ruby, node)
+            runs a script file inside `cwd` without being listed here.
         end_of_options: put `--` right after the program, so every argument is an operand
             (the recipe's own options too). When false (the default), arguments whose text
             begins with a template (`"${{ item }}"`, file names, model output) are kept from

@@ -13,7 +13,9 @@ Each call is checked before anything runs:
 * the arguments pass the program's rules in `_argrules`, from the table in `_programs` (no
   `find -exec`, `sed e`, `git -c`, `sqlite3 .shell`, wrappers such as `setarch` or
   interpreter code unless the grant lists the program in `unsafe_args`; output files held
-  to the granted folder) (B2-B6);
+  to the granted folder) (B2-B6); an interpreter whose command line the table knows may
+  run a script file from inside the granted folder, since the confinement below holds what
+  the script does, but never code from its arguments, standard input or a start-up file;
 * the working folder must stay inside the grant's folder, checked on real paths;
 * the child gets a scrubbed environment: a fixed PATH, `HOME` set to the working folder,
   a private `TMPDIR`, a UTF-8 locale and only the variables the grant names. Loader,
@@ -213,14 +215,17 @@ def _checked_argv(
         check_arguments,
         final_arguments,
         protect_data_arguments,
+        runs_scripts,
     )
 
-    rules = ArgContext(program, root, workdir, ctx.step_id)
+    rules = ArgContext(program, root, workdir, ctx.step_id, written=argv[0])
     unsafe = {real for entry in grant.unsafe_args if (real := real_program(entry, root))}
     if grant.end_of_options:
-        if program not in unsafe:  # checked without the `--`: every option is seen
-            check_arguments(argv[1:], rules)
         args = ["--", *argv[1:]]
+        if program not in unsafe:
+            # Checked without the `--`, so every option is seen; but an interpreter reads
+            # the first argument after `--` as its script, which must be checked as such.
+            check_arguments(args if runs_scripts(rules.name) else argv[1:], rules)
     else:
         protected = protect_data_arguments([program, *argv[1:]], _data_indexes(argv, ctx), rules)
         args = protected[1:]

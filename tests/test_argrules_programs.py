@@ -129,7 +129,10 @@ CASES: dict[str, tuple[list[list[str]], list[str] | None]] = {
     "awk": ([['BEGIN{system("touch pwned")}'], ['BEGIN{print | "sh"}']], ["{print $1}", "ok.txt"]),
     "gawk": ([['BEGIN{system("touch pwned")}']], None),
     "mawk": ([['BEGIN{"touch pwned" | getline}']], ["{print $1}", "ok.txt"]),
-    "perl": ([["-e", "system('touch pwned')"], ["evil.pl"]], ["--version"]),
+    "perl": (
+        [["-e", "system('touch pwned')"], ["-Mstrict;system(q(touch pwned))", "ok.txt"]],
+        ["--version"],
+    ),
     "ruby": ([["-e", "system('touch pwned')"]], None),
     "node": ([["-e", "require('fs').writeFileSync('pwned', '')"]], ["--version"]),
     "php": ([["-r", "touch('pwned');"]], None),
@@ -259,7 +262,7 @@ def test_cli_exec_escapes_are_denied(tmp_path: Path, program: str, argv: list[st
     step = result["steps"]["escape"]
     assert step["status"] in ("denied", "failed"), step
     assert "shell.argument" in step["error"]
-    assert f"unsafe_args: [{program}]" in step["error"]
+    assert f"unsafe_args: [{argv[0]}]" in step["error"]  # the name the recipe wrote
     assert not (tmp_path / "pwned").exists()
 
 
