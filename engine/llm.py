@@ -51,7 +51,14 @@ Sleep = Callable[[float], Awaitable[None]]
 
 
 class LLMError(StepFailed):
-    """A model call failed for good (after retries), or its answer was unusable."""
+    """A model call failed for good (after retries), or its answer was unusable.
+
+    `status` is the HTTP status the endpoint answered with, when it answered one.
+    """
+
+    def __init__(self, message: str, *, status: int | None = None, **where: Any) -> None:
+        super().__init__(message, **where)
+        self.status = status
 
 
 class ModelCallCancelled(StepFailed):
@@ -289,7 +296,8 @@ class LLMClient:
             ) from exc
         except openai.APIStatusError as exc:
             raise LLMError(
-                f"the model endpoint answered {exc.status_code}: {_message(exc)}"
+                f"the model endpoint answered {exc.status_code}: {_message(exc)}",
+                status=exc.status_code,
             ) from exc
         except openai.APIError as exc:
             raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
@@ -358,14 +366,28 @@ class LLMClient:
             try:
                 result = await self.chat(messages, response_format=response_format)
             except LLMError as exc:
-                refused = "400" in exc.message and (
-                    "response_format" in exc.message or "json" in exc.message.lower()
-                )
-                if self.json_mode != "text" and refused:
+                if self.json_mode != "text" and _refuses_json_mode(exc):
                     self.json_mode = "json_object" if self.json_mode == "json_schema" else "text"
                     continue
                 raise
             return extract_json(result.content or "")
+
+
+def _refuses_json_mode(error: LLMError) -> bool:
+    """Whether the endpoint refused the call's `response_format`: a 400 or 422 that speaks
+    of JSON, or any 4xx that names `response_format`. The status is the error's, or (an
+    error a cassette or a journal served) the one its message quotes."""
+    status = error.status
+    if status is None:
+        quoted = _ANSWERED.search(error.message)
+        status = int(quoted.group(1)) if quoted else None
+    if status is None or not 400 <= status < 500:
+        return False
+    text = error.message.lower()
+    return "response_format" in text or (status in (400, 422) and "json" in text)
+
+
+_ANSWERED = re.compile(r"the model endpoint answered (\d{3}):")
 
 
 def extract_json(text: str) -> Any:

@@ -615,3 +615,29 @@ def test_commands_that_call_no_model_do_not_load_the_openai_client() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert done.stdout.split()[-2:] == ["False", "True"], done.stdout
+
+
+@pytest.mark.parametrize(
+    ("code", "message"),
+    [
+        (422, "Unprocessable: json_schema output is not supported by this model"),
+        (404, "Unknown parameter: 'response_format'"),
+    ],
+)
+def test_chat_json_downgrades_on_any_4xx_that_refuses_the_response_format(
+    code: int, message: str
+) -> None:
+    with FakeOpenAIServer(lambda r: {"n": 6}) as server:
+        server.inject(Fault.status(code, message))
+        value = call_with(server, lambda c: c.chat_json(USER, SCHEMA))
+    assert value == {"n": 6}
+    formats = [request.response_format for request in server.requests]
+    assert [f["type"] if f else None for f in formats] == ["json_schema", "json_object"]
+
+
+def test_a_4xx_that_does_not_name_the_format_is_not_a_downgrade() -> None:
+    with FakeOpenAIServer(lambda r: {"n": 7}) as server:
+        server.inject(Fault.status(422, "the messages are too long"))
+        with pytest.raises(LLMError, match="answered 422"):
+            call_with(server, lambda c: c.chat_json(USER, SCHEMA))
+    assert len(server.requests) == 1
