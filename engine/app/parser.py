@@ -29,11 +29,30 @@ if TYPE_CHECKING:
     Subparsers = argparse._SubParsersAction[_Parser]
 
 
+class _Version(argparse.Action):
+    """`--version`: read from the installed package only when asked (start-up stays short)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            found = version("planloom")
+        except PackageNotFoundError:  # a checkout run without installing it
+            found = "unknown (not installed: pip install -e .)"
+        sys.stdout.write(f"planloom {found}\n")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the whole command line: `-p/--plugin`, then one command of `COMMANDS`."""
     parser = _Parser(
         prog="planloom",
         description="The `planloom` command.",
+        epilog="exit codes: 0 the run succeeded; 1 it failed; 2 invalid recipe, usage or "
+        "configuration; 3 plan rejected; 130 interrupted",
+    )
+    parser.add_argument(
+        "--version", action=_Version, nargs=0, help="print planloom's version and exit"
     )
     parser.add_argument(
         "-p",
@@ -62,13 +81,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(sub: Subparsers) -> None:
     run = sub.add_parser("run", help="validate and run a recipe")
-    run.add_argument("recipe")
+    run.add_argument("recipe", help="the recipe (YAML) to validate and run")
     run_flags(run, yes="approve every confirmation gate", no="deny every confirmation gate")
 
 
 def _plan(sub: Subparsers) -> None:
     plan = sub.add_parser("plan", help="plan a goal with the model, show it, approve, run")
-    plan.add_argument("goal")
+    plan.add_argument("goal", help="what to get done, in words; the model plans the steps")
     plan.add_argument(
         "--capabilities",
         metavar="FILE",
@@ -87,7 +106,7 @@ def _resume(sub: Subparsers) -> None:
         help="continue an interrupted, crashed or failed run: what finished is kept, the "
         "rest runs (a call that may already have happened is asked about)",
     )
-    resume.add_argument("run_id", metavar="RUN_ID")
+    resume.add_argument("run_id", metavar="RUN_ID", help="the run (`planloom runs` lists them)")
     run_flags(resume, yes="approve every confirmation gate", no="deny every confirmation gate")
 
 
@@ -97,7 +116,7 @@ def _replay(sub: Subparsers) -> None:
         help="replay a cassette offline: its plan (or goal), model answers, tool results and "
         "decisions",
     )
-    replay.add_argument("cassette")
+    replay.add_argument("cassette", help="the cassette (YAML) a --record made")
     replay.add_argument("--json", action="store_true", help="print the result as JSON on stdout")
     replay.add_argument("-v", "--verbose", action="store_true", help="log every event on stderr")
     replay.add_argument("--log-file", metavar="FILE", help="write every event as JSON lines")
@@ -118,7 +137,7 @@ def _runs(sub: Subparsers) -> None:
 
 def _show(sub: Subparsers) -> None:
     show = sub.add_parser("show", help="a stored run's summary, as at its end")
-    show.add_argument("run_id", metavar="RUN_ID")
+    show.add_argument("run_id", metavar="RUN_ID", help="the run (`planloom runs` lists them)")
     show.add_argument("--json", action="store_true", help="as JSON on stdout (as run --json)")
     store_flag(show)
 
@@ -139,14 +158,19 @@ def _report(sub: Subparsers) -> None:
 
 def _validate(sub: Subparsers) -> None:
     validate = sub.add_parser("validate", help="check a recipe without running it")
-    validate.add_argument("recipe")
+    validate.add_argument("recipe", help="the recipe (YAML) to check")
     validate.add_argument("--json", action="store_true", help="problems as a JSON list")
 
 
 def _graph(sub: Subparsers) -> None:
     graph = sub.add_parser("graph", help="draw a recipe's dependency graph")
-    graph.add_argument("recipe")
-    graph.add_argument("--format", choices=["mermaid", "dot", "ascii"], default="ascii")
+    graph.add_argument("recipe", help="the recipe (YAML) whose steps to draw")
+    graph.add_argument(
+        "--format",
+        choices=["mermaid", "dot", "ascii"],
+        default="ascii",
+        help="ascii (the default, for a terminal), mermaid (Markdown) or dot (Graphviz)",
+    )
 
 
 def _schema(sub: Subparsers) -> None:
