@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -28,7 +29,7 @@ from engine.errors import ConfigurationError
 from engine.inputs import parse_assignments
 from engine.journal import Journal
 from engine.model import Plan
-from engine.policy import Policy, load_policy
+from engine.policy import load_policy
 from engine.recording import Tape
 from engine.results import StepResult
 from engine.session import Session, SessionOptions, SessionResult
@@ -126,56 +127,41 @@ def launch(
     """
     # Started first (a bad setting is refused before anything), closed last: the run's
     # result is printed before its traces are sent, whatever that wait brings.
-    telemetry = Telemetry.start(flag=settings.otel)
-    try:
-        return _launch(settings, registry, start, base, base_dir, tape, recipe, resume, telemetry)
-    finally:
+    with contextlib.ExitStack() as stack:
+        telemetry = Telemetry.start(flag=settings.otel)
         if telemetry is not None:
-            telemetry.close()
-
-
-def _launch(
-    settings: RunSettings,
-    registry: Registry,
-    start: Plan | str,
-    base: dict[str, Any],
-    base_dir: Path,
-    tape: Tape | None,
-    recipe: Path | None,
-    resume: Resume | None,
-    telemetry: Telemetry | None,
-) -> int:
-    try:
-        outcome = run_session(
-            settings, registry, start, base, base_dir, tape, recipe=recipe, resume=resume,
-            telemetry=telemetry,
-        )  # fmt: skip
-    except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
-        sys.stderr.write("\ninterrupted: stopped at once\n")
-        if settings.json:
-            print_json(
-                {
-                    "run_id": None,
-                    "status": "cancelled",
-                    "steps": {},
-                    "outputs": {},
-                    "errors": ["interrupted twice: stopped without finishing"],
-                }
+            stack.callback(telemetry.close)
+        try:
+            outcome = run_session(
+                settings, registry, start, base, base_dir, tape, recipe=recipe, resume=resume,
+                telemetry=telemetry,
+            )  # fmt: skip
+        except (KeyboardInterrupt, asyncio.CancelledError):  # a second Ctrl-C: stop at once
+            sys.stderr.write("\ninterrupted: stopped at once\n")
+            if settings.json:
+                print_json(
+                    {
+                        "run_id": None,
+                        "status": "cancelled",
+                        "steps": {},
+                        "outputs": {},
+                        "errors": ["interrupted twice: stopped without finishing"],
+                    }
+                )
+            return EXIT_INTERRUPTED
+        code = print_result(outcome.result, outcome.secrets, as_json=settings.json)
+        result = outcome.result
+        if outcome.store is not None and result.status in ("failed", "cancelled"):
+            where = (
+                ""
+                if Path(outcome.store) == store_path(None, Path.cwd())
+                else f" --store {outcome.store}"
             )
-        return EXIT_INTERRUPTED
-    code = print_result(outcome.result, outcome.secrets, as_json=settings.json)
-    result = outcome.result
-    if outcome.store is not None and result.status in ("failed", "cancelled"):
-        where = (
-            ""
-            if Path(outcome.store) == store_path(None, Path.cwd())
-            else f" --store {outcome.store}"
-        )
-        sys.stderr.write(
-            f"run {result.run_id} is stored: fix what failed, then continue it with: "
-            f"planloom resume {result.run_id}{where}\n"
-        )
-    return code
+            sys.stderr.write(
+                f"run {result.run_id} is stored: fix what failed, then continue it with: "
+                f"planloom resume {result.run_id}{where}\n"
+            )
+        return code
 
 
 def run_session(
@@ -195,70 +181,53 @@ def run_session(
     its traces go (the caller starts and closes it)."""
     # What can be refused is read first: a refusal must not leave a run begun in the store.
     policy = load_policy(settings.policy, registry=registry) if settings.policy else None
-    backend = open_backend(settings)  # an unreachable cluster: exit 2, nothing begun
-    try:
-        return _run_session(
-            settings, registry, start, base, base_dir, tape, recipe, resume, policy, telemetry,
-            backend,
-        )  # fmt: skip
-    finally:
+    with contextlib.ExitStack() as stack:
+        backend = open_backend(settings)  # an unreachable cluster: exit 2, nothing begun
         if backend is not None:
-            backend.close()
-
-
-def _run_session(
-    settings: RunSettings,
-    registry: Registry,
-    start: Plan | str,
-    base: dict[str, Any],
-    base_dir: Path,
-    tape: Tape | None,
-    recipe: Path | None,
-    resume: Resume | None,
-    policy: Policy | None,
-    telemetry: Telemetry | None,
-    backend: DaskBackend | None,
-) -> SessionResult:
-    if tape is None and resume is None:
-        tape = open_tape(settings)
-    if tape is not None and registry.listings is not tape.listings:
-        registry = registry.with_listings(tape.listings)
-    options = SessionOptions(
-        dry_run=settings.dry_run, model=settings.model, base_url=settings.base_url
-    )
-    session = Session(
-        registry,
-        options,
-        planner=lambda client: LLMPlanner(client, registry),
-        agent=ReactAgent,
-        recorder=tape,
-        backend=backend,
-    )
-    session.model_config(start, base)  # no model configured: said before anything else
-    inputs = parse_assignments(list(settings.inputs))
-    log_stream = open_log(settings.log_file) if settings.log_file else None
-    if resume is not None:
-        inputs = {**resume.inputs, **inputs}
-        session.journal = resume.journal
-    else:
-        name = start.name if isinstance(start, Plan) else str(base.get("name") or "plan")
-        session.journal = open_journal(settings, base_dir, tape, name=name, recipe=recipe)
-    base_url = settings.base_url or os.environ.get("OPENAI_BASE_URL")
-    frontend = TerminalFrontend(
-        registry,
-        base_dir,
-        yes=settings.yes,
-        no=settings.no,
-        policy=policy,
-        verbose=settings.verbose,
-        log_stream=log_stream,
-        save_plan=settings.output,
-        replace_saved=settings.force,
-        spans=(lambda bus: telemetry.follow(bus, base_url=base_url)) if telemetry else None,
-    )
-    if tape is not None:
-        sys.stderr.write(_banner(tape))
-    try:
+            stack.callback(backend.close)
+        if tape is None and resume is None:
+            tape = open_tape(settings)
+        if tape is not None and registry.listings is not tape.listings:
+            registry = registry.with_listings(tape.listings)
+        options = SessionOptions(
+            dry_run=settings.dry_run, model=settings.model, base_url=settings.base_url
+        )
+        session = Session(
+            registry,
+            options,
+            planner=lambda client: LLMPlanner(client, registry),
+            agent=ReactAgent,
+            recorder=tape,
+            backend=backend,
+        )
+        session.model_config(start, base)  # no model configured: said before anything else
+        inputs = parse_assignments(list(settings.inputs))
+        log_stream = open_log(settings.log_file) if settings.log_file else None
+        if log_stream is not None:
+            stack.callback(log_stream.close)
+        if resume is not None:
+            inputs = {**resume.inputs, **inputs}
+            session.journal = resume.journal
+        else:
+            name = start.name if isinstance(start, Plan) else str(base.get("name") or "plan")
+            session.journal = open_journal(settings, base_dir, tape, name=name, recipe=recipe)
+        if session.journal is not None:
+            stack.callback(session.journal.store.close)
+        base_url = settings.base_url or os.environ.get("OPENAI_BASE_URL")
+        frontend = TerminalFrontend(
+            registry,
+            base_dir,
+            yes=settings.yes,
+            no=settings.no,
+            policy=policy,
+            verbose=settings.verbose,
+            log_stream=log_stream,
+            save_plan=settings.output,
+            replace_saved=settings.force,
+            spans=(lambda bus: telemetry.follow(bus, base_url=base_url)) if telemetry else None,
+        )
+        if tape is not None:
+            sys.stderr.write(_banner(tape))
         return session.run(
             start,
             base=base,
@@ -267,11 +236,6 @@ def _run_session(
             inputs=inputs,
             kept=resume.kept if resume is not None else None,
         )
-    finally:
-        if log_stream is not None:
-            log_stream.close()
-        if session.journal is not None:
-            session.journal.store.close()
 
 
 def open_backend(settings: RunSettings) -> DaskBackend | None:
