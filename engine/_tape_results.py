@@ -27,6 +27,10 @@ class TapeResults:
             (e.step, e.attempt, e.action, e.params_hash, e.ordinal): e for e in tape.recorded.tools
         }
 
+    @property
+    def timed(self) -> bool:
+        return not (self.tape.replaying and not self.tape.recording)
+
     def serves(self, call: ToolCall) -> bool:
         """Whether this call will be answered from the cassette, nothing run: asked before
         the call's gate, since only such a call may be approved by a recorded decision.

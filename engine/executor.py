@@ -154,6 +154,7 @@ class Executor:
         # Each step's result once it ended (a step not in it is pending): a pending result
         # made up front for every step cost a 100,000-step plan 50 MB.
         self.results: dict[str, StepResult] = {}
+        self._started: dict[str, float] = {}  # monotonic start of each running step
         self.errors: list[str] = []
         # Compiled when a step starts and dropped when it ends: a plan of 100,000 steps
         # never holds 100,000 compiled steps at once.
@@ -326,6 +327,7 @@ class Executor:
         compiled = self._compiled[step_id] = CompiledStep(self._steps[step_id])
         step = compiled.step
         enter_scope(step_id)  # this step's task: what a cassette files its calls under
+        self._started[step_id] = time.monotonic()
         self.events.emit("step.started", step_id)
         if self.sandbox.dry_run:
             skipped = self._dry_skip(step)
@@ -466,6 +468,9 @@ class Executor:
             # Not `result.usage = usage`: pydantic would also record the field as set,
             # growing each result's set of set fields to 32 slots (50 MB at 100,000 steps).
             result.__dict__["usage"] = usage
+        started = self._started.pop(step_id, None)
+        if started is not None and self.sandbox.results.timed:  # (a kept step keeps its own)
+            result.__dict__["duration"] = round(time.monotonic() - started, 6)
         transcript = self.agents.transcripts.get(step_id)
         if transcript:
             result.transcript = self.secrets.redact_value(transcript)

@@ -214,6 +214,8 @@ class Journal:
             ended["transcript"] = result.transcript
         if result.usage != NO_USAGE:  # a resumed run keeps what a kept step spent
             ended["usage"] = result.usage.model_dump()
+        if result.duration is not None:
+            ended["duration"] = result.duration
         data: dict[str, Any] = {
             "result": ended,
             "started": self._started.pop(step_id, None),
@@ -253,6 +255,10 @@ class _JournalResults:
     def __init__(self, journal: Journal, inner: Results) -> None:
         self.journal = journal
         self.inner = inner
+
+    @property
+    def timed(self) -> bool:
+        return self.inner.timed
 
     def serves(self, call: ToolCall) -> bool:
         resumed = self.journal.resumed

@@ -86,6 +86,12 @@ class StepResult(BaseModel):
     error: str | None = None
     attempts: int = 0
     usage: StepUsage = Field(NO_USAGE, description="What this step spent on models and tools.")
+    duration: float | None = Field(
+        None,
+        description="Seconds from the step's start to its end, all attempts and waits "
+        "included; null for a step that never started, and in a replay (a cassette holds "
+        "no times).",
+    )
     transcript: list[dict[str, Any]] | None = Field(
         None, description="Agent steps: every tool call as it really went."
     )
@@ -149,11 +155,13 @@ class RunResult(BaseModel):
 
     def snapshot(self) -> str:
         """The run as stable text for golden tests: keys sorted, steps by id, approvals by
-        step; no run id, timestamps or cassette path, so equal runs give equal text."""
+        step; no run id, timestamps, durations or cassette path, so equal runs give equal text."""
         data: dict[str, Any] = {
             "status": self.status,
             "steps": {
-                step_id: self.steps[step_id].model_dump(mode="json", exclude_none=True)
+                step_id: self.steps[step_id].model_dump(
+                    mode="json", exclude_none=True, exclude={"duration"}
+                )
                 for step_id in sorted(self.steps)
             },
             "outputs": self.outputs,

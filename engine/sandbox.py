@@ -96,9 +96,17 @@ class Results(Protocol):
         has it starting and never ending), or None. Asked before the gate."""
         ...
 
+    @property
+    def timed(self) -> bool:
+        """Whether the run's step durations are its own: not in a replay, whose result must
+        be the same every time (a cassette holds no times)."""
+        ...
+
 
 class LiveResults:
     """Every result comes from running the action."""
+
+    timed = True
 
     def serves(self, call: ToolCall) -> bool:
         return False

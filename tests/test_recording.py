@@ -106,7 +106,12 @@ def record(project: Path, cassette: str = "brief.cassette.yaml", *extra: str) ->
 
 
 def comparable(result: dict[str, Any]) -> dict[str, Any]:
-    return {k: result[k] for k in ("status", "steps", "outputs", "usage")}
+    """What a replay reproduces: all but the step durations (a cassette holds no times)."""
+    steps = {
+        step_id: {k: v for k, v in step.items() if k != "duration"}
+        for step_id, step in result["steps"].items()
+    }
+    return {"steps": steps, **{k: result[k] for k in ("status", "outputs", "usage")}}
 
 
 def edit_cassette(path: Path, change: Any) -> None:
@@ -133,6 +138,9 @@ def test_a_replay_with_the_server_stopped_matches_the_recorded_run(project: Path
     assert replayed.returncode == 0, replayed.stderr
     result = json.loads(replayed.stdout)
     assert comparable(result) == comparable(recorded)
+    # the recording run timed its steps; a replay has no times of its own to give
+    assert all(step["duration"] > 0 for step in recorded["steps"].values())
+    assert all(step["duration"] is None for step in result["steps"].values())
     assert result["replay"]["mismatches"] == []
     assert result["replay"]["unused"] == []
     assert not (project / "data" / "out" / "brief.md").exists(), "a replay made a side effect"
