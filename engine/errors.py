@@ -61,14 +61,18 @@ class PlanError(PlanloomError):
 
 
 class PlanValidationError(PlanError):
-    """The plan has one or more problems, all of them listed in `diagnostics`."""
+    """The plan has one or more problems, all of them listed in `diagnostics`.
 
-    def __init__(self, diagnostics: list[Diagnostic]) -> None:
+    Its text is the first problem's headline, or `report` when given: every problem with
+    its source line, as `planloom validate` prints them.
+    """
+
+    def __init__(self, diagnostics: list[Diagnostic], report: str | None = None) -> None:
         self.diagnostics = diagnostics
         count = len(diagnostics)
         first = diagnostics[0].headline() if diagnostics else "invalid plan"
         more = f" (and {count - 1} more)" if count > 1 else ""
-        super().__init__(f"{first}{more}")
+        super().__init__(report if report is not None else f"{first}{more}")
 
 
 class RecipeSyntaxError(PlanValidationError):

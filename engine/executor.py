@@ -57,6 +57,7 @@ from engine.templating import (
     Namespace,
     compile_value,
 )
+from engine.validation import ensure_valid
 
 _SETTLE_EVERY = 5000  # steps ended between two freezes of what the run keeps
 
@@ -111,6 +112,7 @@ class Executor:
         tool_results: Results | None = None,
         backend: Backend | None = None,
     ) -> None:
+        plan = ensure_valid(plan, registry, base_dir=base_dir)  # a plan built in Python too
         self.plan = plan
         self.run_id = run_id or uuid.uuid4().hex[:12]
         # Namespaces: `inputs.keys` / `steps.items` are the input and the step, as validated.

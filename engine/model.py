@@ -210,6 +210,9 @@ class Plan(_Model):
 
     # The dependency edges of `steps` and `finally`, once found (engine._graph.plan_edges).
     _edges: dict[str, Any] = PrivateAttr(default_factory=dict)
+    # What `engine.validation.validate_plan` checked: the registry, and the steps themselves
+    # (held, so a replaced step cannot reuse an id), so a run does not check it again.
+    _validated: tuple[object, tuple[object, ...]] | None = PrivateAttr(default=None)
 
     def all_steps(self) -> list[Step]:
         """Main steps, then `finally` steps."""

@@ -8,6 +8,8 @@ structurally sound, so one bad step does not hide the problems of the others.
 
 from __future__ import annotations
 
+import json
+import operator
 from pathlib import Path
 from typing import Any
 
@@ -26,12 +28,19 @@ from engine._validation_templates import (
     check_step_shape,
     check_step_templates,
 )
+from engine._yaml import parse_recipe_text
 from engine.capability import Registry
-from engine.diagnostics import Diagnostic, NodePath, SourceMap, did_you_mean
+from engine.diagnostics import (
+    Diagnostic,
+    NodePath,
+    SourceMap,
+    did_you_mean,
+    render_diagnostics,
+)
 from engine.errors import PlanValidationError
 from engine.model import FallbackAction, Plan, Step
 
-__all__ = ["STEP_FIELDS", "validate_plan"]
+__all__ = ["STEP_FIELDS", "ensure_valid", "validate_plan"]
 
 
 def validate_plan(
@@ -54,7 +63,35 @@ def validate_plan(
     if checker.report.problems or plan is None:
         problems = sorted(checker.report.problems, key=lambda d: (d.line, d.column, d.rule))
         raise PlanValidationError(_unique(problems))
+    plan._validated = (registry, tuple(plan.all_steps()))
     return plan
+
+
+def ensure_valid(plan: Plan, registry: Registry, *, base_dir: Path) -> Plan:
+    """`plan`, if `validate_plan` made it with `registry` and its steps are still the ones
+    it checked; otherwise the plan checked as a recipe would be (a plan built in Python,
+    or changed since), and that checked copy.
+
+    Raises:
+        PlanValidationError: every problem, located in the plan as JSON (`<plan>`); its
+            text shows each problem with its line, as `planloom validate` does.
+    """
+    checked = plan._validated
+    if checked is not None:
+        against, steps = checked
+        now = plan.all_steps()
+        if against is registry and len(now) == len(steps) and all(map(operator.is_, now, steps)):
+            return plan
+    data = plan.to_data()
+    # The positions come from the plan's JSON, which is what a problem's line points into.
+    text = json.dumps(data, indent=2, default=repr)
+    _, source = parse_recipe_text(text, "<plan>")
+    try:
+        return validate_plan(data, source, registry, base_dir=base_dir, require_version=False)
+    except PlanValidationError as exc:
+        report = render_diagnostics(exc.diagnostics, source)
+        head = "the plan is invalid (lines are in the plan as JSON):"
+        raise PlanValidationError(exc.diagnostics, f"{head}\n{report}") from None
 
 
 def _unique(problems: list[Diagnostic]) -> list[Diagnostic]:
