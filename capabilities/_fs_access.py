@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from capabilities._fs_models import FsGrant
-from capabilities._jail import Jail, not_regular
+from capabilities._jail import Jail, clean_relpath, not_regular
 from capabilities._protected import is_protected, matches_any
 from engine.capability import CallContext
 from engine.errors import CapabilityDenied, StepFailed
@@ -42,6 +44,28 @@ def jail_for(grant: FsGrant, ctx: CallContext, action: str) -> Jail:
     if not root.is_absolute():
         root = ctx.base_dir / root
     return Jail(Path(os.path.abspath(root)), action)
+
+
+def admission(action: str, *, writes: bool) -> Callable[[Any, CallContext], None]:
+    """`Action.admit` of an `fs` action: reading granted, or the path granted for writing,
+    beneath the root and not protected (its `path` only when the recipe wrote it, at
+    validation). The jail's checks of what is on disk come when the call runs."""
+
+    def admit(params: Any, ctx: CallContext) -> None:
+        grant = grant_of(ctx)
+        if not writes:
+            require_read(grant, action)
+        if ctx.unrendered and ctx.templated(("path",)):
+            return
+        try:
+            rel = clean_relpath(params.path, action)
+            if writes:
+                require_write(grant, rel, action)
+        except CapabilityDenied as exc:
+            exc.param = ("path",)
+            raise
+
+    return admit
 
 
 def require_read(grant: FsGrant, action: str) -> None:

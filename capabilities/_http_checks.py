@@ -63,6 +63,30 @@ def parse(text: str) -> httpx2.URL:
 
 async def check_hop(url: httpx2.URL, grant: HttpGrant, resolver: Resolver) -> Hop:
     """Every check of one hop, from scratch; returns where it may connect."""
+    host, port = check_url(url, grant)
+    addresses = await _resolve(host, port, resolver)
+    networks = grant.networks()
+    for address in addresses:
+        reason = not_public_reason(address)
+        if reason is not None and permitted_by(address, networks) is None:
+            resolved = "is" if str(address) == host else f"resolved to {address}, which is"
+            prefix = 32 if address.version == 4 else 128
+            raise deny(
+                f"{host!r} {resolved} not a public address ({reason}); to reach it "
+                "deliberately, grant its network with capabilities: http: "
+                f"{{private_networks: ['{address}/{prefix}']}}",
+                "address-not-public",
+            )
+    return Hop(url.copy_with(fragment=None), host, port, addresses)
+
+
+def check_url(url: httpx2.URL, grant: HttpGrant) -> tuple[str, int]:
+    """The checks of one hop that need no lookup: scheme, credentials, host and port
+    granted. Returns the canonical host and the port.
+
+    Raises:
+        CapabilityDenied: the grant does not allow the URL.
+    """
     scheme = url.scheme
     if scheme != "https" and not (scheme == "http" and grant.allow_http):
         hint = (
@@ -95,20 +119,7 @@ async def check_hop(url: httpx2.URL, grant: HttpGrant, resolver: Resolver) -> Ho
             f"{{ports: {ports}}}",
             "port-not-allowed",
         )
-    addresses = await _resolve(host, port, resolver)
-    networks = grant.networks()
-    for address in addresses:
-        reason = not_public_reason(address)
-        if reason is not None and permitted_by(address, networks) is None:
-            resolved = "is" if str(address) == host else f"resolved to {address}, which is"
-            prefix = 32 if address.version == 4 else 128
-            raise deny(
-                f"{host!r} {resolved} not a public address ({reason}); to reach it "
-                "deliberately, grant its network with capabilities: http: "
-                f"{{private_networks: ['{address}/{prefix}']}}",
-                "address-not-public",
-            )
-    return Hop(url.copy_with(fragment=None), host, port, addresses)
+    return host, port
 
 
 async def _resolve(host: str, port: int, resolver: Resolver) -> tuple[IPAddress, ...]:

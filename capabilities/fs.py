@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import functools
 
+from capabilities._fs_access import admission
 from capabilities._fs_models import (
     AppendParams,
     DeleteParams,
@@ -79,7 +80,17 @@ def register(registry: Registry) -> None:
     registry.add_family(
         Family("fs", "read and write files beneath a granted root", FsGrant, _confinement_report)
     )
-    registry.add(Action("fs.read", "Read a text file.", ReadParams, read_file, ReadResult, False))
+    registry.add(
+        Action(
+            "fs.read",
+            "Read a text file.",
+            ReadParams,
+            read_file,
+            ReadResult,
+            side_effects=False,
+            admit=admission("fs.read", writes=False),
+        )
+    )
     registry.add(
         Action(
             "fs.write",
@@ -87,15 +98,32 @@ def register(registry: Registry) -> None:
             WriteParams,
             write_file,
             WriteResult,
-            True,
+            side_effects=True,
             idempotent=True,  # the same content twice leaves the same file
+            admit=admission("fs.write", writes=True),
         )
     )
     registry.add(
-        Action("fs.append", "Append text to a file.", AppendParams, append_file, WriteResult, True)
+        Action(
+            "fs.append",
+            "Append text to a file.",
+            AppendParams,
+            append_file,
+            WriteResult,
+            side_effects=True,
+            admit=admission("fs.append", writes=True),
+        )
     )
     registry.add(
-        Action("fs.list", "List a folder.", ListParams, list_folder, ListResult, side_effects=False)
+        Action(
+            "fs.list",
+            "List a folder.",
+            ListParams,
+            list_folder,
+            ListResult,
+            side_effects=False,
+            admit=admission("fs.list", writes=False),
+        )
     )
     registry.add(
         Action(
@@ -105,8 +133,17 @@ def register(registry: Registry) -> None:
             search_files,
             SearchResult,
             side_effects=False,
+            admit=admission("fs.search", writes=False),
         )
     )
     registry.add(
-        Action("fs.delete", "Delete a file.", DeleteParams, delete_file, DeleteResult, True)
+        Action(
+            "fs.delete",
+            "Delete a file.",
+            DeleteParams,
+            delete_file,
+            DeleteResult,
+            side_effects=True,
+            admit=admission("fs.delete", writes=True),
+        )
     )

@@ -41,7 +41,7 @@ from capabilities._http_models import HttpGrant, RequestParams, RequestResult
 from capabilities._http_models import Method as Method
 from capabilities._net import Resolver, system_resolver
 from engine.capability import Action, CallContext, Family, Registry
-from engine.errors import StepTimeout
+from engine.errors import CapabilityDenied, StepTimeout
 
 __all__ = [
     "HttpGrant",
@@ -95,8 +95,23 @@ def register(registry: Registry, *, resolver: Resolver | None = None) -> None:
             _Requester(resolver or system_resolver).run,
             RequestResult,
             side_effects=_has_side_effects,
+            admit=_admit,
         )
     )
+
+
+def _admit(params: RequestParams, ctx: CallContext) -> None:
+    """The URL's scheme, host and port against the grant, before any gate (at validation,
+    a URL the recipe wrote). Where the host resolves to is checked when the call runs."""
+    if ctx.unrendered and ctx.templated(("url",)):
+        return
+    from capabilities._http_checks import check_url, parse  # see `_exchange`
+
+    try:
+        check_url(parse(params.url), _grant(ctx))
+    except CapabilityDenied as exc:
+        exc.param = ("url",)
+        raise
 
 
 def _has_side_effects(params: RequestParams) -> bool:

@@ -114,8 +114,71 @@ def register(registry: Registry) -> None:
             run,
             result_model=ShellResult,
             side_effects=True,
+            admit=admit,
         )
     )
+
+
+def admit(params: ShellParams, ctx: CallContext) -> None:
+    """The grant's rules for a call: the folder, the program, its arguments and the
+    environment, as `run` checks them. On a recipe's unrendered params (validation), the
+    program only, when the recipe names it.
+
+    Raises:
+        CapabilityDenied: as `run` does, before it starts anything.
+    """
+    if ctx.unrendered:
+        _admit_written(params, ctx)
+    else:
+        _prepared(params, ctx)
+
+
+def _admit_written(params: ShellParams, ctx: CallContext) -> None:
+    """The program a recipe names in `argv[0]`, checked against `allow` when it can be
+    known now: a program or folder an earlier step makes may not exist yet."""
+    grant = _grant(ctx)
+    root = os.path.realpath(os.path.join(ctx.base_dir, grant.cwd))
+    name = params.argv[0]
+    if not os.path.isdir(root) or ctx.templated(("argv", 0)) or name in grant.allow:
+        return
+    if "/" in name and (params.cwd is None or not ctx.templated(("cwd",))):
+        workdir = workdir_of(root, params.cwd, ctx)
+    elif "/" in name:
+        return  # relative to a folder known at run time
+    else:
+        workdir = root  # looked up on the safe PATH
+    allowed = [real_program(entry, root) for entry in grant.allow]
+    real = real_program(name, workdir)
+    if real in allowed or (real is None and None in allowed):
+        return  # allowed, or maybe the allowed program an earlier step makes
+    try:
+        resolve_program(name, workdir, root, grant, ctx)  # the run's own refusal
+    except CapabilityDenied as exc:
+        exc.param = ("argv", 0)
+        raise
+
+
+def _grant(ctx: CallContext) -> ShellGrant:
+    grant = ctx.grant
+    return grant if isinstance(grant, ShellGrant) else ShellGrant.model_validate(grant.model_dump())
+
+
+def _prepared(params: ShellParams, ctx: CallContext) -> tuple[str, str, list[str], dict[str, str]]:
+    """The granted folder, the working folder, the argv to execute and its environment.
+
+    Raises:
+        CapabilityDenied: the grant does not allow the call.
+        StepFailed: the granted folder is not there.
+    """
+    grant = _grant(ctx)
+    root = grant_root(grant, ctx)
+    workdir = workdir_of(root, params.cwd, ctx)
+    program = resolve_program(params.argv[0], workdir, root, grant, ctx)
+    argv = _checked_argv(params.argv, program, root, workdir, grant, ctx)
+    env = child_env(grant, workdir, ctx)
+    if os.path.basename(program) == "git":
+        env.update(git_env(argv[1:], workdir, root, ctx.step_id))
+    return root, workdir, argv, env
 
 
 async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
@@ -133,16 +196,9 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
     """
     from capabilities._shell_process import launch  # a call's, not every command's
 
-    grant = ctx.grant
-    if not isinstance(grant, ShellGrant):
-        grant = ShellGrant.model_validate(grant.model_dump())
-    root = grant_root(grant, ctx)
-    workdir = workdir_of(root, params.cwd, ctx)
-    program = resolve_program(params.argv[0], workdir, root, grant, ctx)
-    argv = _checked_argv(params.argv, program, root, workdir, grant, ctx)
-    env = child_env(grant, workdir, ctx)
-    if os.path.basename(program) == "git":
-        env.update(git_env(argv[1:], workdir, root, ctx.step_id))
+    grant = _grant(ctx)
+    root, workdir, argv, env = _prepared(params, ctx)
+    program = argv[0]
     name = params.argv[0]
 
     who = f"{ACTION}: {name!r}"

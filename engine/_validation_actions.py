@@ -11,12 +11,13 @@ from pydantic import BaseModel, ValidationError
 
 from engine._validation_pydantic import dotted, lower
 from engine._validation_report import Report
-from engine.capability import Registry
+from engine.capability import Action, CallContext, Registry
 from engine.diagnostics import NodePath, did_you_mean
+from engine.errors import CapabilityDenied, StepError
 from engine.model import AgentSpec, Plan
 from engine.templating import find_templates
 
-__all__ = ["bind_grants", "check_action", "check_grants"]
+__all__ = ["Admission", "bind_grants", "check_action", "check_grants"]
 
 
 def check_grants(report: Report, registry: Registry, plan: Plan) -> set[str]:
@@ -86,6 +87,47 @@ def bind_grants(
     return bound, unknown
 
 
+class Admission:
+    """The grant rules of actions (`Action.admit`) run on a recipe's own params: a call
+    the sandbox is sure to refuse (a program not in `allow`) is a validation error."""
+
+    def __init__(self, registry: Registry, plan: Plan, granted: set[str], base_dir: Path):
+        self.registry = registry
+        self.plan = plan
+        self.granted = granted
+        self.base_dir = base_dir
+        self._grants: dict[str, BaseModel] = {}
+
+    def check(
+        self,
+        report: Report,
+        path: NodePath,
+        action: Action[Any],
+        model: BaseModel,
+        params: dict[str, Any],
+    ) -> None:
+        if action.admit is None or action.family not in self.granted:
+            return
+        grant = self._grants.get(action.family)
+        if grant is None:
+            family = self.registry.families[action.family]
+            raw = self.plan.capabilities.get(action.family)
+            grant = self._grants[action.family] = family.grant_model.model_validate(raw or {})
+        ctx = CallContext(
+            grant=grant,
+            base_dir=self.base_dir,
+            timeout=0.0,
+            data_paths=frozenset(p for p, _ in find_templates(params)),
+            unrendered=True,
+        )
+        try:
+            action.admit(model, ctx)
+        except CapabilityDenied as exc:
+            report((*path, "params", *(exc.param or ())), exc.rule, exc.reason)
+        except StepError:
+            pass  # a folder or file that is not there yet: an earlier step may make it
+
+
 def check_action(
     report: Report,
     registry: Registry,
@@ -95,10 +137,12 @@ def check_action(
     granted: set[str],
     agent: AgentSpec | None,
     unavailable: Set[str] = frozenset(),
+    admission: Admission | None = None,
 ) -> None:
     """Check the tool a step (or its fallback) calls and its params, or an agent's tools.
 
-    `unavailable`: action-name prefixes whose tools are not checked (see `bind_grants`).
+    `unavailable`: action-name prefixes whose tools are not checked (see `bind_grants`);
+    `admission`: runs the action's grant rules on params that validated.
     """
     if agent is not None:
         for index, name in enumerate(agent.tools):
@@ -108,7 +152,9 @@ def check_action(
         return
     action = _tool(report, registry, (*path, "tool"), tool, granted, unavailable)
     if action is not None:
-        _params(report, path, tool, action.params_model, params)
+        model = _params(report, path, tool, action.params_model, params)
+        if model is not None and admission is not None:
+            admission.check(report, path, action, model, params)
 
 
 def _tool(
@@ -156,10 +202,12 @@ def _not_granted(report: Report, path: NodePath, tool: str, family: str) -> None
 
 def _params(
     report: Report, path: NodePath, tool: str, model: type[BaseModel], params: dict[str, Any]
-) -> None:
+) -> BaseModel | None:
+    """The params as `model`, or None when they do not fit it (the problems reported,
+    but for those under templates, which are known only at run time)."""
     templated = [p for p, _ in find_templates(params)]
     try:
-        model.model_validate(params)
+        return model.model_validate(params)
     except ValidationError as exc:
         for error in exc.errors(include_url=False):
             loc = tuple(error["loc"])
@@ -187,6 +235,7 @@ def _params(
                     "bad-params",
                     f"{tool} param '{dotted(loc)}': {lower(error['msg'])}",
                 )
+        return None
 
 
 @functools.lru_cache(maxsize=1024)

@@ -76,6 +76,8 @@ class CallContext:
             them is the author's text, not data.
         scope: what the family's `Family.scope` yielded for this run (the `mcp` family:
             its connections to the servers), or None.
+        unrendered: the params are the recipe's, checked at validation (`Action.admit`):
+            the values at `data_paths` are template text, known only at run time.
     """
 
     grant: BaseModel
@@ -87,6 +89,11 @@ class CallContext:
     data_paths: frozenset[ParamPath] = frozenset()
     data_literals: frozenset[str] = frozenset()
     scope: Any = None
+    unrendered: bool = False
+
+    def templated(self, path: ParamPath) -> bool:
+        """Whether the param at `path` came from a template (see `data_paths`)."""
+        return any(path[: len(p)] == p for p in self.data_paths)
 
 
 RunScope = Callable[[BaseModel, Path], AbstractAsyncContextManager[Any]]
@@ -161,6 +168,12 @@ class Action(Generic[P]):
         gate_note: a line the confirmation gate shows besides "has side effects" (an MCP
             tool its server marks destructive).
         details: facts for catalogues (`planloom tools`), e.g. an MCP tool's server.
+        admit: the grant's own rules for one call (the program is in `allow`, the path in
+            the root), raising `CapabilityDenied`: the sandbox checks them before the
+            confirmation gate, so nobody is asked about a call that would be refused, and
+            validation checks them on a recipe's literal params (`CallContext.unrendered`).
+            Quick and synchronous: no network. `run` must not rely on it (a backend's
+            worker runs an action without the sandbox in front).
     """
 
     name: str
@@ -174,6 +187,7 @@ class Action(Generic[P]):
     idempotent: bool = False
     gate_note: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
+    admit: Callable[[P, CallContext], None] | None = None
     family: str = field(init=False)
 
     def __post_init__(self) -> None:

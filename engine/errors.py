@@ -142,9 +142,13 @@ class CapabilityDenied(StepError):
 
     retryable = False
 
+    param: tuple[str | int, ...] | None = None
+    """The param the rule refused (`("argv", 0)`), when one did: where validation points."""
+
     def __init__(self, message: str, *, rule: str, step_id: str | None = None) -> None:
         super().__init__(f"denied by rule {rule}: {message}", step_id=step_id)
         self.rule = rule
+        self.reason = message
 
 
 class ApprovalDenied(StepError):

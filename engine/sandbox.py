@@ -8,6 +8,7 @@ naming the rule that decided; none of them can crash the run.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -200,13 +201,21 @@ class Sandbox:
             BudgetExceeded: the run's tool-call budget is used up.
         """
         number: int | None = None  # the call's number in the run, once it is counted
+        limit = timeout if timeout is not None else self.default_timeout
         try:
             action, grant, model = self._admit(name, params, step_id)
-            self._spend(step_id)
-            number = self.calls
+            ctx = CallContext(
+                grant=grant,
+                base_dir=self.base_dir,
+                timeout=limit,
+                step_id=step_id,
+                ask=self.ask,
+                llm=self.llm,
+                data_paths=data_paths,
+                data_literals=data_literals,
+                scope=self.scopes.get(action.family),
+            )
             side_effects = action.has_side_effects(model)
-            if self.dry_run and side_effects:
-                raise DryRun(name, params, step_id=step_id)
             gated = confirm == "always" or (confirm == "auto" and side_effects)
             call = ToolCall(
                 step_id,
@@ -217,6 +226,14 @@ class Sandbox:
                 action.recorded,
                 idempotent or action.idempotent or not side_effects,
             )
+            # Before the gate, so nobody is asked about a call that would be refused; not
+            # for a call served with nothing run (a replay's: its machine may differ).
+            if not self.results.serves(call):
+                _grant_rules(action, model, ctx)
+            self._spend(step_id)
+            number = self.calls
+            if self.dry_run and side_effects:
+                raise DryRun(name, params, step_id=step_id)
             replayed = False
             doubt = None if call.idempotent else self.results.in_doubt(call)
             if doubt is not None and self.gate is None:
@@ -231,7 +248,7 @@ class Sandbox:
                     name,
                     params,
                     reason if doubt is None else f"{reason}; {doubt}",
-                    _checker(action),
+                    _checker(action, ctx, params),
                     replayed=replayed,
                     in_doubt=doubt is not None,
                 )
@@ -240,22 +257,12 @@ class Sandbox:
                     data_paths = _unchanged(data_paths, params, approved)
                     params = approved
                     model = action.params_model.model_validate(params)
+                    ctx = dataclasses.replace(ctx, data_paths=data_paths)
+                    _grant_rules(action, model, ctx)
                     call = call._replace(params=params)
         except StepError as exc:  # refused before anything ran
             self._audit(name, step_id, attempt, "denied", exc, number)
             raise
-        limit = timeout if timeout is not None else self.default_timeout
-        ctx = CallContext(
-            grant=grant,
-            base_dir=self.base_dir,
-            timeout=limit,
-            step_id=step_id,
-            ask=self.ask,
-            llm=self.llm,
-            data_paths=data_paths,
-            data_literals=data_literals,
-            scope=self.scopes.get(action.family),
-        )
         events = self.events
         if events is not None:
             events.emit(
@@ -399,14 +406,30 @@ class Sandbox:
             )
 
 
-def _checker(action: Action[Any]) -> Callable[[Any], str | None]:
-    """Checks edited params against the action's schema: None, or what is wrong."""
+def _grant_rules(action: Action[Any], model: Any, ctx: CallContext) -> None:
+    """The action's own grant rules for this call (`Action.admit`).
+
+    Raises:
+        CapabilityDenied: the grant does not allow it.
+    """
+    if action.admit is not None:
+        action.admit(model, ctx)
+
+
+def _checker(action: Action[Any], ctx: CallContext, asked: Any) -> Callable[[Any], str | None]:
+    """Checks params a person edited (from `asked`) against the action's schema and its
+    grant rules, as the call will be checked: None, or what is wrong."""
 
     def check(params: Any) -> str | None:
         try:
-            action.params_model.model_validate(params)
+            model = action.params_model.model_validate(params)
         except ValidationError as exc:
             return validation_problems(exc, root="params")
+        edited = dataclasses.replace(ctx, data_paths=_unchanged(ctx.data_paths, asked, params))
+        try:
+            _grant_rules(action, model, edited)
+        except CapabilityDenied as exc:
+            return exc.message
         return None
 
     return check

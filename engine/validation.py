@@ -16,7 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ValidationError
 
 from engine._gc import collector_paused
-from engine._validation_actions import bind_grants, check_action, check_grants
+from engine._validation_actions import Admission, bind_grants, check_action, check_grants
 from engine._validation_graph import check_cycles, check_depends_on, step_ids
 from engine._validation_keys import SECTIONS, without_unknown_keys
 from engine._validation_outputs import Outputs
@@ -191,9 +191,18 @@ class _Checker:
             s.id for p, s in steps if p[0] == "finally"
         }
         outputs = Outputs([step for _, step in steps], registry)
+        admission = Admission(registry, plan, granted, self.base_dir)
         for path, step in steps:
             check_action(
-                report, registry, path, step.tool, step.params, granted, step.agent, unavailable
+                report,
+                registry,
+                path,
+                step.tool,
+                step.params,
+                granted,
+                step.agent,
+                unavailable,
+                admission,
             )
             check_step_shape(report, path, step)
             if isinstance(step.fallback, FallbackAction):
@@ -207,6 +216,7 @@ class _Checker:
                     granted,
                     fb.agent,
                     unavailable,
+                    admission,
                 )
             visible = main_ids if path[0] == "steps" else main_ids | final_ids
             later = final_ids if path[0] == "steps" else set()

@@ -138,35 +138,58 @@ def test_unsafe_args_keeps_the_data_rule(folder: Path) -> None:
 # --- a person's edit at the gate ---------------------------------------------------------------
 
 
-@pytest.mark.parametrize(
-    ("edited", "data_stays"),
-    [
-        (["echo", "-n", "more"], True),  # argv[1] left as rendered: still data
-        (["echo", "-e"], False),  # argv[1] rewritten by the person: their own text
-    ],
-)
-def test_gate_edit_keeps_provenance_only_where_unchanged(
-    folder: Path, edited: list[str], data_stays: bool
-) -> None:
+def _gated(folder: Path, asked: list[Any], edited: list[str]) -> Sandbox:
+    """A sandbox whose gate notes each call it is asked about and answers with `edited`."""
     registry = Registry()
     shell.register(registry)
 
     async def gate(*args: Any, **kwargs: Any) -> Any:
-        return {"argv": edited}
+        asked.append(args[2])
+        return {"argv": edited, "check": False}  # grep finding nothing exits 1
 
-    sandbox = Sandbox(registry, {"shell": {"allow": ["echo"], "cwd": "."}}, folder, gate=gate)
+    grant = {"allow": ["echo", "grep"], "cwd": "."}
+    return Sandbox(registry, {"shell": grant}, folder, gate=gate)
 
-    async def call() -> Any:
-        return await sandbox.call(
-            "shell.run",
-            {"argv": ["echo", "-n"]},
-            step_id="s",
-            data_paths=frozenset({("argv", 1)}),
+
+def test_a_call_the_data_rule_refuses_never_reaches_the_gate(folder: Path) -> None:
+    asked: list[Any] = []
+    sandbox = _gated(folder, asked, ["echo", "-e"])
+
+    with pytest.raises(CapabilityDenied) as info:
+        asyncio.run(
+            sandbox.call(
+                "shell.run",
+                {"argv": ["echo", "-n"]},
+                step_id="s",
+                data_paths=frozenset({("argv", 1)}),
+                confirm="always",
+            )
         )
 
-    if data_stays:
-        with pytest.raises(CapabilityDenied) as info:
-            asyncio.run(call())
-        assert info.value.rule == "shell.option-from-data"
-    else:
-        assert asyncio.run(call())["stdout"] == "\n"
+    assert info.value.rule == "shell.option-from-data"
+    assert asked == [], "the person was asked about a call the sandbox refuses"
+
+
+@pytest.mark.parametrize(
+    ("edited", "stdout"),
+    [
+        # argv[2] left as rendered: still data, so grep is told it is the pattern
+        (["grep", "-c", "-x", "f.txt"], "0\n"),
+        # argv[2] rewritten by the person: their own text, an option
+        (["grep", "-c", "-v", "zzz", "f.txt"], "1\n"),
+    ],
+)
+def test_gate_edit_keeps_provenance_only_where_unchanged(
+    folder: Path, edited: list[str], stdout: str
+) -> None:
+    (folder / "f.txt").write_text("a\n")
+    asked: list[Any] = []
+    sandbox = _gated(folder, asked, edited)
+    rendered = {"argv": ["grep", "-e", "-x", "f.txt"]}  # a pattern from data: -e's value
+
+    result = asyncio.run(
+        sandbox.call("shell.run", rendered, step_id="s", data_paths=frozenset({("argv", 2)}))
+    )
+
+    assert result["stdout"] == stdout
+    assert asked == [rendered]

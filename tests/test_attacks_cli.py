@@ -4,6 +4,10 @@ Every attack is one step of one recipe run with `on_failure: continue` and `--ye
 gates do not hide what the sandbox itself refuses). Each step must end `failed` with the
 denying rule in its error; a last, harmless step proves the run went on; the exit code is
 1; and nothing happened outside the jail.
+
+Written out in the recipe, a path, URL or program the grant refuses is refused by
+`planloom validate` already; so the run's battery gives those from templates (as data
+reaches a run), and the written-out battery is checked against validation on its own.
 """
 
 from __future__ import annotations
@@ -156,6 +160,25 @@ def snapshot(root: Path, jail: Path) -> dict[str, bytes]:
     return files
 
 
+def from_template(value: str) -> str:
+    """`value` as a template of a string literal: known at run time only."""
+    return "${{ " + json.dumps(value) + " }}"
+
+
+def at_run_time(attack: Attack) -> Attack:
+    """The attack with the field validation checks against the grant (`fs` path, `http`
+    url, `shell` program) given by a template, so that the run's sandbox refuses it."""
+    params = dict(attack.params)
+    family = attack.tool.split(".")[0]
+    key = {"fs": "path", "http": "url"}.get(family)
+    if key is not None and isinstance(params.get(key), str) and "${{" not in params[key]:
+        params[key] = from_template(params[key])
+    argv = params.get("argv")
+    if family == "shell" and isinstance(argv, list) and argv and "${{" not in argv[0]:
+        params["argv"] = [from_template(argv[0]), *argv[1:]]
+    return attack._replace(params=params)
+
+
 def recipe(attacks: list[Attack], grants: dict[str, Any]) -> dict[str, Any]:
     steps: list[dict[str, Any]] = [
         {"id": a.id, "tool": a.tool, "params": a.params} for a in attacks
@@ -192,7 +215,7 @@ def run_cli(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 def run_battery(tmp_path: Path, attacks: list[Attack], grants: dict[str, Any]) -> dict[str, Any]:
     path = tmp_path / "attacks.yaml"
     with path.open("w") as handle:
-        YAML().dump(recipe(attacks, grants), handle)
+        YAML().dump(recipe([at_run_time(a) for a in attacks], grants), handle)
     done = run_cli(path, tmp_path)
     assert "Traceback" not in done.stderr, done.stderr[-3000:]
     assert done.returncode == 1, done.stderr[-3000:]
@@ -213,6 +236,32 @@ def assert_refused(result: dict[str, Any], attacks: list[Attack]) -> None:
     # are skipped, so the harmless step must be skipped *because of* the failures, not
     # because the run crashed:
     assert result["steps"]["still_running"]["status"] == "skipped"
+
+
+@pytest.mark.parametrize("battery", sorted(BATTERIES))
+def test_battery_written_out_is_refused_at_validation(tmp_path: Path, battery: str) -> None:
+    attacks, grants = BATTERIES[battery]
+    build_jail(tmp_path)
+    path = tmp_path / "attacks.yaml"
+    with path.open("w") as handle:
+        YAML().dump(recipe(attacks, grants), handle)
+
+    done = subprocess.run(
+        [PLANLOOM, "validate", "--json", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+
+    problems = json.loads(done.stdout)
+    assert done.returncode == (2 if problems else 0), done.stderr
+    if battery != "policy":  # (its attacks are templates already: run-time values)
+        assert problems, "validation let through every written-out attack"
+    rules = {a.rule for a in attacks}
+    # each problem is an attack's own refusal, said before anything runs
+    assert all(any(p["rule"].startswith(r) for r in rules) for p in problems), problems
+    assert len(problems) <= len(attacks)
 
 
 @pytest.mark.parametrize("battery", sorted(BATTERIES))
@@ -329,7 +378,7 @@ def test_ungranted_and_unknown_tools_are_refused_before_anything_runs(tmp_path: 
 
 def test_an_independent_step_keeps_running_after_attacks(tmp_path: Path) -> None:
     build_jail(tmp_path)
-    doc = recipe(FS_ATTACKS[:3], {"fs": {"root": "J", "read": True}})
+    doc = recipe([at_run_time(a) for a in FS_ATTACKS[:3]], {"fs": {"root": "J", "read": True}})
     doc["steps"].append({"id": "independent", "tool": "fs.read", "params": {"path": "ok.txt"}})
     path = tmp_path / "r.yaml"
     with path.open("w") as handle:

@@ -11,7 +11,7 @@ import pytest
 
 from capabilities import Registry, Sandbox, default_registry
 from engine.approval import Gatekeeper
-from engine.errors import ApprovalDenied, CapabilityDenied
+from engine.errors import ApprovalDenied, CapabilityDenied, PlanValidationError
 from engine.events import Event, EventBus
 from engine.testing import ScriptedApprover, run_recipe_text
 
@@ -104,7 +104,9 @@ def test_e8_read_grant_does_not_allow_write_and_the_refusal_is_audited(
     assert info.value.rule == "fs.write-not-granted"
     assert not (tmp_path / "x").exists()
     [event] = audited(events, "fs.write")
-    assert (event["decision"], event["rule"]) == ("allowed", "fs.write-not-granted")
+    # refused by the grant's rule before the gate, as a call nothing was run for
+    assert (event["decision"], event["rule"]) == ("denied", "fs.write-not-granted")
+    assert not [e for e in events if e.kind == "tool.called"]
 
 
 def test_e8_ungranted_family_is_refused_before_anything_runs(
@@ -171,16 +173,27 @@ def test_every_refusal_in_a_run_is_audited_with_its_rule(
 version: 1
 name: audit
 on_failure: continue
-capabilities: {{fs: {{root: "{tmp_path}", read: true}}}}
+capabilities: {{fs: {{root: "{tmp_path}", read: true, write: [b.txt]}}}}
 steps:
-  - {{id: outside, tool: fs.read, params: {{path: ../etc/passwd}}}}
-  - {{id: write, tool: fs.write, params: {{path: a.txt, content: x}}, confirm: never}}
+  - {{id: outside, tool: fs.read, params: {{path: "${{{{ '../etc/passwd' }}}}"}}}}
+  - id: write
+    tool: fs.write
+    params: {{path: "${{{{ 'a.txt' }}}}", content: x}}
+    confirm: never
   - {{id: gated, tool: fs.write, params: {{path: b.txt, content: x}}}}
 """
     from engine.executor import Executor
     from engine.validation import validate_plan
     from planners.recipe import parse_recipe_text
 
+    # Written out, the first two are refused at validation; from templates, at run time.
+    literal, where = parse_recipe_text(text.replace("${{ '", "").replace("' }}", ""))
+    with pytest.raises(PlanValidationError) as refused:
+        validate_plan(literal, where, registry)
+    assert [d.rule for d in refused.value.diagnostics] == [
+        "fs.outside-root",
+        "fs.write-not-granted",
+    ]
     data, source = parse_recipe_text(text)
     plan = validate_plan(data, source, registry)
     events: list[Event] = []

@@ -105,6 +105,7 @@ outputs:
 def test_d2_d3_credentials_in_urls_are_redacted_from_errors_and_logs(
     tmp_path: Path, env: dict[str, str]
 ) -> None:
+    # The URLs come from templates, as data does: written out, validation refuses them.
     recipe = f"""
 version: 1
 name: d2
@@ -113,13 +114,15 @@ capabilities: {{http: {{allow: [api.example]}}}}
 steps:
   - id: userinfo
     tool: http.request
-    params: {{url: "https://user:{CANARY}@api.example/"}}
+    params: {{url: "${{{{ 'https://user:{CANARY}@api.example/' }}}}"}}
   - id: query
     tool: http.request
-    params: {{url: "http://api.example/x?api_key={CANARY}"}}
+    params: {{url: "${{{{ 'http://api.example/x?api_key={CANARY}' }}}}"}}
   - id: header
     tool: http.request
-    params: {{url: "https://127.0.0.1/", headers: {{Authorization: "Bearer {CANARY}"}}}}
+    params:
+      url: "${{{{ 'https://127.0.0.1/' }}}}"
+      headers: {{Authorization: "Bearer {CANARY}"}}
 """
     done = run(tmp_path, recipe, env)
     log = (tmp_path / "run.jsonl").read_text()

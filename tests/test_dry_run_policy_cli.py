@@ -15,7 +15,7 @@ version: 1
 name: writes
 on_failure: continue
 capabilities:
-  fs: {root: ., write: ["out/**"]}
+  fs: {root: ., write: ["out/**", in.txt]}
 steps:
   - {id: read, tool: fs.read, params: {path: in.txt}}
   - id: write

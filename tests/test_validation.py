@@ -877,7 +877,7 @@ def test_names_that_are_defined_where_they_are_used(valid: Callable[[str], Plan]
     plan = valid(
         """
         version: 1
-        capabilities: {fs: {}}
+        capabilities: {fs: {write: true}}
         steps:
           - id: a
             tool: fs.read
@@ -906,7 +906,7 @@ def test_jinja_literals_are_not_names(valid: Callable[[str], Plan]) -> None:
     plan = valid(
         """
         version: 1
-        capabilities: {fs: {}}
+        capabilities: {fs: {write: true}}
         steps:
           - id: a
             tool: fs.read
