@@ -89,6 +89,7 @@ HOW = (
     "if the change is intended, record again: --record-mode new_episodes adds what is "
     "missing, --record-mode all records the whole run again"
 )
+"""How to record again, said after each mismatch (`Tape.how`): the CLI's flags."""
 
 
 def where(scope: str) -> str:
@@ -119,12 +120,12 @@ def llm_miss(
     unused_first = sorted(same_step or others, key=lambda pair: id(pair[0]) in used)
     nearest = nearest_entry(unused_first, canonical)
     if nearest is None:
-        return f"{head}; the cassette has no model requests at all.\n{HOW}"
+        return f"{head}; the cassette has no model requests at all."
     entry, diff = nearest
     detail = diff_text(diff) if diff else f"  (the same request, recorded {entry.ordinal + 1}x)"
     return (
         f"{head}.\nnearest recorded request: {where(entry.step)}, key {entry.key} "
-        f"#{entry.ordinal}; what differs:\n{detail}\n{HOW}"
+        f"#{entry.ordinal}; what differs:\n{detail}"
     )
 
 
@@ -148,7 +149,7 @@ def tool_miss(
     same_action = [pair for pair in same if pair[0].action == action]
     nearest = nearest_entry(same_action or same, params)
     if nearest is None:
-        return f"{head}.\nthe cassette has no tool calls for this step.\n{HOW}"
+        return f"{head}.\nthe cassette has no tool calls for this step."
     entry, diff = nearest
     what = (
         diff_text(diff)
@@ -159,7 +160,7 @@ def tool_miss(
     )
     return (
         f"{head}.\nnearest recorded call: {where(entry.step)} attempt {entry.attempt}, "
-        f"{entry.action} #{entry.ordinal}; what differs:\n{what}\n{HOW}"
+        f"{entry.action} #{entry.ordinal}; what differs:\n{what}"
     )
 
 
@@ -179,5 +180,5 @@ def gate_miss(
     ]
     nearest = nearest_entry(candidates, params)
     if nearest is None:
-        return f"{head}.\n{HOW}"
-    return f"{head}.\nnearest recorded params, what differs:\n{diff_text(nearest[1])}\n{HOW}"
+        return f"{head}."
+    return f"{head}.\nnearest recorded params, what differs:\n{diff_text(nearest[1])}"

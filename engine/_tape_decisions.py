@@ -8,7 +8,7 @@ import difflib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine._mismatch import HOW, field_diff, gate_miss, where
+from engine._mismatch import field_diff, gate_miss, where
 from engine._scope import PLAN_REVIEW, current_scope
 from engine.approval import GateRequest
 from engine.cassette import RECORDED, Answer, Approval
@@ -116,7 +116,7 @@ class TapeDecisions:
                 )
                 raise self.tape.fail(
                     f"replay: {where(step_id)} asked {question.question!r}, which {self.tape.path} "
-                    f"has no answer for (key {key}, repeat #{ordinal}){hint}\n{HOW}",
+                    f"has no answer for (key {key}, repeat #{ordinal}){hint}",
                     step_id,
                 )
         value = await live()
@@ -157,7 +157,7 @@ class TapeDecisions:
             raise self.tape.fail(
                 f"replay: the model's plan (hash {digest}) has no recorded decision in "
                 f"{self.tape.path} ({len(plans)} plan decision(s) recorded for other plans); "
-                f"the plan's requests are recorded, so the planner itself changed\n{HOW}",
+                f"the plan's requests are recorded, so the planner itself changed",
                 None,
             )
         approved, edited = await live()

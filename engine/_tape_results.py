@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine._mismatch import HOW, tool_miss, where
+from engine._mismatch import tool_miss, where
 from engine._scope import current_scope
 from engine.cassette import ToolResult, rebuild_error, record_error
 from engine.cassette import digest as hash_of
@@ -111,7 +111,7 @@ class TapeResults:
                     f"replay: {where(scope)} (attempt {attempt}) called {action} on the "
                     f"promise that {self.tape.path} holds its result (params hash {digest}, "
                     f"repeat #{ordinal}), but it does not: it would run live under a "
-                    f"recorded decision, so nothing was run\n{HOW}",
+                    f"recorded decision, so nothing was run",
                     step_id,
                 )
             if entry is not None:  # --live-tools: run it, the recording stands

@@ -27,7 +27,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from engine._mismatch import field_diff, where
+from engine._mismatch import HOW, field_diff, where
 from engine._scope import PLAN_REVIEW, PLANNER, current_scope, enter_scope
 from engine._secrets import Secrets
 from engine._tape_answers import TapeAnswers
@@ -74,6 +74,8 @@ class Tape:
         mode: `none`, `once`, `new_episodes` or `all` (see the module docstring).
         secrets: redacted from everything before it is hashed or stored.
         live_tools: in a replay, read-only tools run for real instead of being served.
+        how: how to record again, said after each mismatch: the CLI's flags by default
+            (the pytest plugin names its own option).
     """
 
     def __init__(
@@ -83,6 +85,7 @@ class Tape:
         *,
         secrets: Secrets | None = None,
         live_tools: bool = False,
+        how: str = HOW,
     ) -> None:
         if mode not in RECORD_MODES:
             raise ConfigurationError(
@@ -101,6 +104,7 @@ class Tape:
         self.mode: RecordMode = mode
         self.secrets = secrets if secrets is not None else Secrets.from_environ()
         self.live_tools = live_tools
+        self.how = how
         self.recorded = Cassette.load(self.path) if exists else Cassette()
         self.cassette = Cassette(note=self.recorded.note)  # what this run writes
         self.mismatches: list[str] = []
@@ -147,7 +151,8 @@ class Tape:
         return entry
 
     def fail(self, message: str, step_id: str | None) -> ReplayMismatch:
-        """A mismatch, kept for the replay report."""
+        """A mismatch, kept for the replay report, with how to record again."""
+        message = f"{message}\n{self.how}"
         self.mismatches.append(message)
         return ReplayMismatch(message, step_id=step_id)
 

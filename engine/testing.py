@@ -17,6 +17,8 @@ Example:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import sys
 import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
@@ -296,6 +298,22 @@ class CassetteRef:
     live_tools: bool = False
 
 
+_HOW_TO_RECORD = (
+    "if the change is intended, record again: run pytest with "
+    "--planloom-record-mode=new_episodes (adds what is missing) or "
+    "--planloom-record-mode=all (records the whole run again), or mark the test "
+    "@pytest.mark.planloom(record_mode='new_episodes'); outside pytest, pass "
+    "replay(..., mode='new_episodes')"
+)
+
+
+def _caller_folder() -> Path:
+    """The folder of the file whose code called the caller (`replay()`'s caller: a test
+    file); the current directory when that code has no file (an interactive session)."""
+    name = sys._getframe(2).f_globals.get("__file__")
+    return Path(name).resolve().parent if isinstance(name, str) else Path.cwd()
+
+
 class UnusedRecordingWarning(UserWarning):
     """A replay left recordings unused: the workflow now does less than it did."""
 
@@ -316,7 +334,9 @@ def replay(
     """Run a workflow against a cassette and return its result, as `planloom run --replay`.
 
     With `recipe`, that recipe is run (so a changed prompt shows up as a mismatch); without
-    it, the cassette's own plan or goal is replayed, as `planloom replay` does. In mode
+    it, the cassette's own plan or goal is replayed, as `planloom replay` does. Relative
+    `cassette` and `recipe` paths start at the folder of the file that calls `replay()`
+    (the test file, as the `planloom` marker's `cassette=`), not the current directory. In mode
     `none` no model is called and no side effect is made: every answer, tool result and
     decision comes from the cassette. In a recording mode the model is reached through
     `model` / `base_url` (or `PLANLOOM_MODEL`, `OPENAI_BASE_URL`, `OPENAI_API_KEY`), and
@@ -342,7 +362,12 @@ def replay(
     from planners.recipe import load_recipe
     from planners.replay import plan_from_cassette
 
+    here = _caller_folder()
     ref = cassette if isinstance(cassette, CassetteRef) else CassetteRef(Path(cassette))
+    if not ref.path.is_absolute():
+        ref = dataclasses.replace(ref, path=here / ref.path)
+    if recipe is not None and not Path(recipe).is_absolute():
+        recipe = here / recipe
     chosen_mode = mode or ref.mode
     registry = registry or build_registry()
     settings = RunSettings(
@@ -355,6 +380,7 @@ def replay(
         replay=str(ref.path) if chosen_mode == "none" else None,
         record_mode=chosen_mode,
         live_tools=ref.live_tools if live_tools is None else live_tools,
+        how_to_record=_HOW_TO_RECORD,
     )
     if chosen_mode == "none" and not ref.path.exists():
         raise ConfigurationError(

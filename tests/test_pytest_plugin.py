@@ -299,3 +299,47 @@ def test_marker_is_listed_by_pytest_markers(pytester: pytest.Pytester) -> None:
     result.stdout.fnmatch_lines(
         ["@pytest.mark.planloom(cassette=None, record_mode=None, live_tools=False): *"]
     )
+
+
+def test_a_mismatch_says_how_to_record_again_with_the_pytest_option(
+    pytester: pytest.Pytester,
+) -> None:
+    pytester.makefile(".yaml", read=READ_RECIPE)
+    pytester.makefile(".txt", data="hello from disk")
+    pytester.makepyfile(test_read=READ_TEST)
+    run(pytester, "--planloom-record-mode=once").assert_outcomes(passed=1)
+    pytester.makefile(".txt", other="hello from elsewhere")
+    pytester.makefile(".yaml", read=READ_RECIPE.replace("data.txt", "other.txt"))
+
+    result = run(pytester)
+
+    result.assert_outcomes(failed=1)
+    out = result.stdout.str()
+    assert "ReplayMismatch: replay: step 'read' (attempt 1) called fs.read" in out
+    assert "record again: run pytest with --planloom-record-mode=new_episodes" in out
+    assert "--record-mode " not in out  # the CLI's flag means nothing to pytest
+
+
+def test_replay_paths_start_at_the_test_file(pytester: pytest.Pytester) -> None:
+    (pytester.path / "sub").mkdir()
+    (pytester.path / "sub" / "read.yaml").write_text(READ_RECIPE)
+    (pytester.path / "sub" / "data.txt").write_text("hello from disk")
+    (pytester.path / "read.yaml").write_text(READ_RECIPE.replace("data.txt", "nowhere.txt"))
+    pytester.makepyfile(
+        **{
+            "sub/test_relative_paths": """
+            from engine.testing import replay
+
+
+            def test_relative():
+                result = replay("cassettes/run.yaml", "read.yaml", mode="once")
+                assert result.outputs == {"text": "hello from disk"}
+            """
+        }
+    )
+
+    run(pytester, "sub").assert_outcomes(passed=1)  # from the parent folder: cwd must not matter
+    run(pytester, "sub").assert_outcomes(passed=1)  # and again, replayed
+
+    assert (pytester.path / "sub" / "cassettes" / "run.yaml").is_file()
+    assert not (pytester.path / "cassettes").exists()

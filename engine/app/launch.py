@@ -71,6 +71,8 @@ class RunSettings:
     replay: str | None = None
     record_mode: RecordMode | None = None
     live_tools: bool = False
+    # How to record again, said after a replay mismatch; None: the CLI's --record-mode.
+    how_to_record: str | None = None
     store: str | None = None
     otel: bool = False
     executor: str | None = None
@@ -314,6 +316,8 @@ def open_tape(settings: RunSettings) -> Tape | None:
             "effects to record, and a replay makes none anyway"
         )
     mode: RecordMode = settings.record_mode or ("all" if settings.record else "none")
+    if settings.how_to_record is not None:
+        return Tape(path, mode, live_tools=settings.live_tools, how=settings.how_to_record)
     return Tape(path, mode, live_tools=settings.live_tools)
 
 
