@@ -458,7 +458,7 @@ inputs:
   maybe: {type: string, default: null}
 llm: {model: gpt-4o-mini, temperature: 0.5}
 capabilities:
-  fs: {root: ., read: true, write: ["notes/**"]}
+  fs: {root: ., read: true, write: ["notes/**", RELEASE.txt]}
   shell: {allow: [git]}
 limits: {max_parallel: 2, timeout: 10, max_duration: 300, max_llm_calls: 5, max_tool_calls: 20}
 on_failure: continue
