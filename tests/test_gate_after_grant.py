@@ -36,17 +36,22 @@ steps:
 """
 
 
-def test_a_person_is_not_asked_about_a_call_the_grant_refuses(tmp_path: Path) -> None:
-    (tmp_path / "r.yaml").write_text(TEMPLATED)
-    child = pexpect.spawn(
+def spawn_run(folder: Path) -> pexpect.spawn:
+    """`planloom run r.yaml` in `folder`, in a pseudo-terminal: a person can be asked."""
+    return pexpect.spawn(
         PLANLOOM,
         ["run", "r.yaml"],
-        cwd=str(tmp_path),
+        cwd=str(folder),
         env=env(TERM="xterm", NO_COLOR="1"),
         encoding="utf-8",
         timeout=60,
         dimensions=(40, 200),
     )
+
+
+def test_a_person_is_not_asked_about_a_call_the_grant_refuses(tmp_path: Path) -> None:
+    (tmp_path / "r.yaml").write_text(TEMPLATED)
+    child = spawn_run(tmp_path)
     asked: list[str] = []
     while child.expect([GATE, ENDED, pexpect.EOF]) == 0:
         asked.append(child.match.group(1))
@@ -80,15 +85,7 @@ def test_an_edit_at_the_gate_is_held_to_the_grant(tmp_path: Path) -> None:
     )
     (tmp_path / "r.yaml").write_text(recipe)
     (tmp_path / "out").mkdir()
-    child = pexpect.spawn(
-        PLANLOOM,
-        ["run", "r.yaml"],
-        cwd=str(tmp_path),
-        env=env(TERM="xterm", NO_COLOR="1"),
-        encoding="utf-8",
-        timeout=60,
-        dimensions=(40, 200),
-    )
+    child = spawn_run(tmp_path)
     child.expect(r"wants to run shell\.run \(")
     child.expect(r"\[q\]uit > ")
     child.sendline("e")
