@@ -61,13 +61,16 @@ def marker_seconds(whole: int) -> str:
     return f"{whole}.{uuid.uuid4().int % 10**8:08d}"
 
 
+_NOISE = {"CI", "PYTHONPATH", "COLUMNS", "LINES", "NO_COLOR", "FORCE_COLOR", "TTY_COMPATIBLE"}
+
+
 def env(**extra: str) -> dict[str, str]:
-    """This environment without model settings (and CI/path noise), plus `extra`."""
+    """This environment without model settings (and CI, path and colour noise), plus
+    `extra`."""
     clean = {
         k: v
         for k, v in os.environ.items()
-        if k not in {"CI", "PYTHONPATH", "COLUMNS", "LINES"}
-        and not k.startswith(("OPENAI_", "PLANLOOM_", "OTEL_"))
+        if k not in _NOISE and not k.startswith(("OPENAI_", "PLANLOOM_", "OTEL_"))
     }
     clean.update(extra)
     return clean

@@ -19,7 +19,25 @@ from engine.events import Event
 from engine.results import STATUS_STYLE as _STYLE
 from engine.results import RunResult
 
-__all__ = ["LiveProgress", "print_summary"]
+__all__ = ["LiveProgress", "console_on", "print_summary", "uses_colour"]
+
+_PIPED_WIDTH = 120  # columns of a table written to a file or a pipe
+
+
+def console_on(stream: IO[str]) -> Console:
+    """A console on `stream`. Whether it writes colour (and escape codes at all) is rich's
+    call, from the stream and the environment: a terminal or not, `NO_COLOR`,
+    `FORCE_COLOR`, `TTY_COMPATIBLE`, `TERM=dumb`."""
+    console = Console(file=stream, highlight=False)
+    if not console.is_terminal:
+        console.width = _PIPED_WIDTH  # a pipe has no width to measure: a stable one
+    return console
+
+
+def uses_colour(stream: IO[str]) -> bool:
+    """Whether what is written to `stream` may be coloured, as `console_on` decides."""
+    console = console_on(stream)
+    return console.is_terminal and not console.no_color and not console.is_dumb_terminal
 
 
 def _clip(text: str | None, width: int = 80) -> str:
@@ -30,13 +48,22 @@ def _clip(text: str | None, width: int = 80) -> str:
 
 
 class LiveProgress:
-    """An event subscriber that redraws a table of step states (terminals only)."""
+    """An event subscriber that keeps a table of running steps on a terminal, redrawn on a
+    clock (`refresh_per_second`), so the running steps' timers tick between events."""
 
     def __init__(self, console: Console, step_ids: list[str]) -> None:
         self.console = console
-        self.states: dict[str, str] = dict.fromkeys(step_ids, "pending")
-        self.started: dict[str, float] = {}
-        self.live = Live(console=console, refresh_per_second=8, transient=True)
+        self.total = len(step_ids)
+        self.done = 0
+        # Running steps and when each started; read by rich's refresh thread, which copies
+        # it first (a copy of a dict is one step under the GIL).
+        self.running: dict[str, float] = {}
+        self.live = Live(
+            console=console,
+            refresh_per_second=4,
+            transient=True,
+            get_renderable=self._table,
+        )
 
     def __enter__(self) -> LiveProgress:
         self.live.__enter__()
@@ -58,45 +85,38 @@ class LiveProgress:
         if event.step_id is None:
             return
         if event.kind == "step.started":
-            self.states[event.step_id] = "running"
-            self.started[event.step_id] = time.monotonic()
+            self.running[event.step_id] = time.monotonic()
         elif event.kind == "step.finished":
-            self.states[event.step_id] = str(event.data.get("status", "?"))
-        else:
-            return
-        self.live.update(self._table())
+            self.running.pop(event.step_id, None)
+            self.done += 1
 
     def _table(self) -> Table:
         table = Table(box=None, show_header=False, pad_edge=False)
-        running = [s for s, state in self.states.items() if state == "running"]
-        done = sum(1 for state in self.states.values() if state not in ("pending", "running"))
-        table.add_row(Text(f"{done}/{len(self.states)} steps done", style="bold"), "")
+        table.add_row(Text(f"{self.done}/{self.total} steps done", style="bold"), "")
         now = time.monotonic()
-        for step_id in running[:12]:
-            elapsed = now - self.started.get(step_id, now)
-            table.add_row(Text(f"  ⠿ {step_id}", style="cyan"), f"{elapsed:5.1f}s")
+        for step_id, started in list(self.running.items())[:12]:
+            table.add_row(
+                Text(f"  ⠿ {neutralize(step_id)}", style="cyan"), f"{now - started:5.1f}s"
+            )
         return table
 
 
-def print_summary(result: RunResult, stream: IO[str], *, color: bool) -> None:
-    """The end-of-run table: one row a step, then the run status and usage."""
-    console = Console(
-        file=stream,
-        force_terminal=color,
-        no_color=not color,
-        highlight=False,
-        width=120 if not color else None,
-    )
+def print_summary(result: RunResult, stream: IO[str]) -> None:
+    """The end-of-run table: one row a step (its time, when it ran), then the run status
+    and usage. Coloured as `console_on` decides."""
+    console = console_on(stream)
     table = Table(title=f"run {result.run_id}", title_justify="left")
     table.add_column("step")
     table.add_column("status")
     table.add_column("tries", justify="right")
+    table.add_column("time", justify="right")
     table.add_column("error / note", overflow="fold")
     for step_id, step in result.steps.items():
         table.add_row(  # Text, not str: rich would read "[...]" in an error as markup
             Text(neutralize(step_id)),
             Text(neutralize(step.status), style=_STYLE.get(step.status, "")),
             str(step.attempts),
+            _seconds(step.duration),
             Text(_clip(step.error, 100)),
         )
     console.print(table)
@@ -129,3 +149,15 @@ def print_summary(result: RunResult, stream: IO[str], *, color: bool) -> None:
         Text(f"run {result.status}", style=style),
         Text(f"  ({model}{usage.tool_calls} tool calls)", style="dim"),
     )
+
+
+def _seconds(duration: float | None) -> str:
+    """A step's time as the summary shows it: `0.04s`, `2.5s`, `1m05s`; blank if none."""
+    if duration is None:
+        return ""
+    if duration < 1:
+        return f"{duration:.2f}s"
+    if duration < 60:
+        return f"{duration:.1f}s"
+    minutes, seconds = divmod(round(duration), 60)
+    return f"{minutes}m{seconds:02d}s"

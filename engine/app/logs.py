@@ -9,6 +9,7 @@ from typing import Any, TextIO
 import structlog
 
 from engine._sanitize import neutralize
+from engine.app.console import uses_colour
 from engine.errors import ConfigurationError
 from engine.events import EventBus, structlog_subscriber
 
@@ -30,7 +31,7 @@ def subscribe_logs(events: EventBus, *, verbose: bool, log_stream: TextIO | None
             processors=[
                 structlog.processors.TimeStamper(fmt="%H:%M:%S"),
                 _terminal_safe,
-                structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty()),
+                structlog.dev.ConsoleRenderer(colors=uses_colour(sys.stderr)),
             ],
         )
         events.subscribe(structlog_subscriber(logger), sink=True)  # written out: redacted

@@ -35,7 +35,7 @@ def print_result(result: RunResult, secrets: Secrets | None, *, as_json: bool) -
                     ],
                 }
             )
-        print_summary(shown, sys.stderr, color=sys.stderr.isatty())
+        print_summary(shown, sys.stderr)
     for call in result.dry_run or []:
         params = json.dumps(call["params"], ensure_ascii=False, default=repr)
         sys.stderr.write(f"would run: {call['step_id']}: {call['action']} {neutralize(params)}\n")

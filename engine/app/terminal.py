@@ -15,11 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from rich.console import Console
-
 from engine._sanitize import neutralize
 from engine._yaml import parse_recipe_text
-from engine.app.console import LiveProgress
+from engine.app.console import LiveProgress, console_on
 from engine.app.logs import subscribe_logs
 from engine.approval import ApproveAll, Approver, DenyAll, FailClosed, TerminalApprover, prompt_line
 from engine.capability import Registry
@@ -117,7 +115,7 @@ class TerminalFrontend:
     def attach(self, plan: Plan, events: EventBus) -> Attached:
         live = None
         if not self.verbose and sys.stderr.isatty():
-            live = LiveProgress(Console(file=sys.stderr), [s.id for s in plan.all_steps()])
+            live = LiveProgress(console_on(sys.stderr), [s.id for s in plan.all_steps()])
             events.subscribe(live)
         subscribe_logs(events, verbose=self.verbose, log_stream=self.log_stream)
         if self.spans is not None:

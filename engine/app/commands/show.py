@@ -22,7 +22,7 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         return EXIT_OK
     # What the store holds is text anyone with the file may have edited: shown neutralized.
     result.run_id = neutralize(result.run_id)
-    print_summary(result, sys.stdout, color=sys.stdout.isatty())
+    print_summary(result, sys.stdout)
     if status in (INTERRUPTED, "running"):
         why = "is still running" if status == "running" else "stopped before it ended"
         sys.stdout.write(f"run {result.run_id} {why}")
