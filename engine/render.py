@@ -8,7 +8,7 @@ graph's last steps to the first `finally` steps, which start only once the main 
 from __future__ import annotations
 
 import json
-from typing import Literal
+from typing import Any, Literal
 
 import networkx as nx
 
@@ -18,7 +18,7 @@ from engine._sanitize import neutralize
 from engine.capability import Registry
 from engine.model import Plan, Step
 
-__all__ = ["GraphFormat", "plan_has_side_effects", "render_graph", "render_plan"]
+__all__ = ["GraphFormat", "graph_data", "plan_has_side_effects", "render_graph", "render_plan"]
 
 GraphFormat = Literal["mermaid", "dot", "ascii"]
 
@@ -32,6 +32,33 @@ def render_graph(plan: Plan, fmt: GraphFormat = "ascii") -> str:
     if fmt == "dot":
         return _dot(plan, main, final)
     return _ascii(plan, main, final)
+
+
+def graph_data(plan: Plan) -> dict[str, Any]:
+    """The graph the pictures draw, as data (`planloom graph --json`).
+
+    `steps`: each step's `id`, `tool` (null for an agent step), `section` (`steps` or
+    `finally`) and `flags` (`for_each`, `when`, `can_fail`, `fallback`). `edges`: `from`,
+    `to` and `kind`: `needs` (`to` starts once `from` ended: a dependency, or a `finally`
+    step reading a main step) or `after` (the first `finally` steps start once the main
+    graph ended; drawn dashed).
+    """
+    main = build_graph(plan.steps)
+    final = build_graph(plan.finally_)
+    reads, after = _finally_edges(plan, main, final)
+    steps = [
+        {
+            "id": step.id,
+            "tool": step.tool,
+            "section": "finally" if index >= len(plan.steps) else "steps",
+            "flags": _flags(step),
+        }
+        for index, step in enumerate(plan.all_steps())
+    ]
+    needs = [*main.edges, *final.edges, *reads]
+    edges = [{"from": a, "to": b, "kind": "needs"} for a, b in needs]
+    edges += [{"from": a, "to": b, "kind": "after"} for a, b in after]
+    return {"name": plan.name, "steps": steps, "edges": edges}
 
 
 def _finally_edges(
@@ -49,9 +76,8 @@ def _finally_edges(
     return reads, after
 
 
-def _label(step: Step) -> str:
-    kind = step.tool or "agent"
-    extras = [
+def _flags(step: Step) -> list[str]:
+    return [
         flag
         for flag, on in (
             ("for_each", step.for_each is not None),
@@ -61,6 +87,11 @@ def _label(step: Step) -> str:
         )
         if on
     ]
+
+
+def _label(step: Step) -> str:
+    kind = step.tool or "agent"
+    extras = _flags(step)
     return kind + (f" [{', '.join(extras)}]" if extras else "")
 
 

@@ -168,13 +168,20 @@ def _graph(sub: Subparsers) -> None:
     graph.add_argument(
         "--format",
         choices=["mermaid", "dot", "ascii"],
-        default="ascii",
         help="ascii (the default, for a terminal), mermaid (Markdown) or dot (Graphviz)",
+    )
+    graph.add_argument(
+        "--json",
+        action="store_true",
+        help="the graph as data on stdout: steps, and edges with their kind (not with --format)",
     )
 
 
 def _schema(sub: Subparsers) -> None:
-    sub.add_parser("schema", help="print the recipe JSON Schema")
+    schema = sub.add_parser("schema", help="print the recipe JSON Schema")
+    schema.add_argument(
+        "--json", action="store_true", help="accepted for scripts: the schema is JSON already"
+    )
 
 
 def _tools(sub: Subparsers) -> None:
