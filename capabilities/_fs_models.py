@@ -10,6 +10,7 @@ from engine import _regex
 from engine._globs import compile_glob
 
 __all__ = [
+    "PARAM_DOCS",
     "AppendParams",
     "DeleteParams",
     "DeleteResult",
@@ -70,6 +71,21 @@ class FsGrant(BaseModel):
 
 # PATH_MAX: a longer path cannot name a file, and would be echoed back in messages.
 PathParam = Annotated[str, Field(max_length=4096)]
+
+
+PARAM_DOCS = {
+    "path": "A file or folder, relative to the grant's root (`..` may not leave it).",
+    "content": "The text written (UTF-8).",
+    "create_dirs": "Make the missing folders above the file.",
+    "missing_ok": "Succeed (with `deleted: false`) when the file is not there.",
+    "recursive": "List the folders below too, down to `max_depth`.",
+    "max_depth": "How many folders deep to go.",
+    "max_entries": "The most entries looked at; past it the result says `truncated`.",
+    "pattern": "A regular expression matched against each line (time-limited).",
+    "glob": "Which files to search, as a glob relative to `path` (`**/*.py`).",
+    "max_matches": "The most matching lines returned.",
+}
+"""What each `fs` param means, for editors (`Action.param_docs`)."""
 
 
 class _Params(BaseModel):

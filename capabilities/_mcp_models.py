@@ -58,7 +58,9 @@ class _Server(BaseModel):
 class StdioServer(_Server):
     """A server run as a confined program that speaks MCP on its stdin and stdout."""
 
-    kind: Literal["stdio"] = Field("stdio", exclude=True)
+    kind: Literal["stdio"] = Field(
+        "stdio", exclude=True, description="Known from `command`: need not be written."
+    )
     command: list[str] = Field(
         min_length=1,
         description="argv, no shell. The program is a name looked up in planloom's own bin "
@@ -79,9 +81,15 @@ class StdioServer(_Server):
         default_factory=list,
         description="Protected entries under cwd (.git, .env*) it may write, as globs.",
     )
-    max_memory: int = Field(default=2 << 30, ge=64 << 20)
-    max_file_size: int = Field(default=1 << 30, ge=0)
-    max_processes: int = Field(default=256, ge=2)
+    max_memory: int = Field(
+        default=2 << 30, ge=64 << 20, description="Bytes of memory the server may use."
+    )
+    max_file_size: int = Field(
+        default=1 << 30, ge=0, description="Largest file, in bytes, the server may write."
+    )
+    max_processes: int = Field(
+        default=256, ge=2, description="Processes the server may have at once."
+    )
 
     @field_validator("command")
     @classmethod
@@ -94,7 +102,9 @@ class StdioServer(_Server):
 class HttpServer(_Server):
     """A server reached over streamable HTTP; plain http only on loopback."""
 
-    kind: Literal["http"] = Field("http", exclude=True)
+    kind: Literal["http"] = Field(
+        "http", exclude=True, description="Known from `url`: need not be written."
+    )
     url: str = Field(description="The MCP endpoint; https, or http on 127.0.0.1/::1/localhost.")
     headers_from_env: dict[str, str] = Field(
         default_factory=dict,
@@ -155,7 +165,9 @@ class McpGrant(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     servers: dict[Annotated[str, Field(pattern=SERVER_NAME, max_length=64)], Server] = Field(
-        min_length=1
+        min_length=1,
+        description="The servers, by name (their tools are `mcp.NAME.TOOL`): each a `command` "
+        "(a stdio program) or a `url` (streamable HTTP).",
     )
 
 

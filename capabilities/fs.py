@@ -19,6 +19,7 @@ import functools
 
 from capabilities._fs_access import admission
 from capabilities._fs_models import (
+    PARAM_DOCS,
     AppendParams,
     DeleteParams,
     DeleteResult,
@@ -89,6 +90,7 @@ def register(registry: Registry) -> None:
             ReadResult,
             side_effects=False,
             admit=admission("fs.read", writes=False),
+            param_docs=PARAM_DOCS,
         )
     )
     registry.add(
@@ -101,6 +103,7 @@ def register(registry: Registry) -> None:
             side_effects=True,
             idempotent=True,  # the same content twice leaves the same file
             admit=admission("fs.write", writes=True),
+            param_docs=PARAM_DOCS,
         )
     )
     registry.add(
@@ -112,6 +115,7 @@ def register(registry: Registry) -> None:
             WriteResult,
             side_effects=True,
             admit=admission("fs.append", writes=True),
+            param_docs=PARAM_DOCS,
         )
     )
     registry.add(
@@ -123,6 +127,7 @@ def register(registry: Registry) -> None:
             ListResult,
             side_effects=False,
             admit=admission("fs.list", writes=False),
+            param_docs=PARAM_DOCS,
         )
     )
     registry.add(
@@ -134,6 +139,7 @@ def register(registry: Registry) -> None:
             SearchResult,
             side_effects=False,
             admit=admission("fs.search", writes=False),
+            param_docs=PARAM_DOCS,
         )
     )
     registry.add(
@@ -145,5 +151,6 @@ def register(registry: Registry) -> None:
             DeleteResult,
             side_effects=True,
             admit=admission("fs.delete", writes=True),
+            param_docs=PARAM_DOCS,
         )
     )

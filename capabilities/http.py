@@ -96,6 +96,13 @@ def register(registry: Registry, *, resolver: Resolver | None = None) -> None:
             RequestResult,
             side_effects=_has_side_effects,
             admit=_admit,
+            param_docs={
+                "url": "The URL: https (http only if the grant allows it), a granted host.",
+                "method": "The HTTP method; any but GET and HEAD has side effects (gated).",
+                "headers": "Request headers, over the grant's `headers`.",
+                "body": "A text body (a body makes the request gated); not with `json`.",
+                "json": "A JSON body, sent as application/json; not with `body`.",
+            },
         )
     )
 

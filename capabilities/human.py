@@ -40,5 +40,11 @@ def register(registry: Registry) -> None:
             result_model=Answer,
             side_effects=False,
             recorded=False,  # the model's answers / the person's are recorded instead
+            param_docs={
+                "question": "What the person is asked.",
+                "type": "The answer's type: string, boolean, integer, number or choice.",
+                "choices": "The answers to choose from (type: choice).",
+                "default": "The answer when the person just presses Enter.",
+            },
         )
     )

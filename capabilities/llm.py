@@ -22,6 +22,13 @@ if TYPE_CHECKING:
 __all__ = ["CompleteParams", "CompleteResult", "ExtractParams", "ExtractResult", "register"]
 
 
+_PARAM_DOCS = {
+    "prompt": "What the model is asked.",
+    "system": "A system message before the prompt.",
+    "schema": "The JSON Schema the answer must fit (it is checked).",
+}
+
+
 class CompleteParams(BaseModel):
     """Params of `llm.complete`."""
 
@@ -104,6 +111,7 @@ def register(registry: Registry) -> None:
             result_model=CompleteResult,
             side_effects=False,
             recorded=False,  # the model's answers / the person's are recorded instead
+            param_docs=_PARAM_DOCS,
         )
     )
     registry.add(
@@ -115,5 +123,6 @@ def register(registry: Registry) -> None:
             result_model=ExtractResult,
             side_effects=False,
             recorded=False,  # the model's answers / the person's are recorded instead
+            param_docs=_PARAM_DOCS,
         )
     )

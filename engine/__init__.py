@@ -43,6 +43,7 @@ if TYPE_CHECKING:
         plan_json_schema,
     )
     from engine.results import Decision, RunResult, RunStatus, StepResult, StepStatus, Usage
+    from engine.schema import recipe_schema
     from engine.validation import validate_plan
 
 __all__ = [
@@ -86,6 +87,7 @@ __all__ = [
     "Usage",
     "UsageError",
     "plan_json_schema",
+    "recipe_schema",
     "run_plan",
     "validate_plan",
 ]
@@ -132,6 +134,7 @@ _WHERE: dict[str, str] = {
     "Usage": "engine.results",
     "UsageError": "engine.errors",
     "plan_json_schema": "engine.model",
+    "recipe_schema": "engine.schema",
     "run_plan": "engine.executor",
     "validate_plan": "engine.validation",
 }

@@ -174,6 +174,9 @@ class Action(Generic[P]):
             validation checks them on a recipe's literal params (`CallContext.unrendered`).
             Quick and synchronous: no network. `run` must not rely on it (a backend's
             worker runs an action without the sandbox in front).
+        param_docs: a description of each param, for editors (`planloom schema`), where
+            the params model has none of its own. Kept out of the model's schema, which
+            models are shown: a recorded run's requests stay the same.
     """
 
     name: str
@@ -188,6 +191,7 @@ class Action(Generic[P]):
     gate_note: str | None = None
     details: Mapping[str, Any] = field(default_factory=dict)
     admit: Callable[[P, CallContext], None] | None = None
+    param_docs: Mapping[str, str] = field(default_factory=dict)
     family: str = field(init=False)
 
     def __post_init__(self) -> None:

@@ -57,7 +57,9 @@ class RetryPolicy(_Model):
     """How a failed attempt is retried before the fallback is tried."""
 
     attempts: int = Field(1, ge=1, le=100, description="Total attempts, the first included.")
-    backoff: Literal["fixed", "exponential"] = "exponential"
+    backoff: Literal["fixed", "exponential"] = Field(
+        "exponential", description="`exponential` doubles the wait each attempt; `fixed` keeps it."
+    )
     initial: float = Field(1.0, ge=0, le=3600, description="Seconds before the 2nd attempt.")
     max: float = Field(30.0, ge=0, le=3600, description="Longest wait between attempts.")
     on: list[Literal["error", "timeout"]] = Field(
@@ -69,19 +71,27 @@ class RetryPolicy(_Model):
 class AgentSpec(_Model):
     """An open-ended task handed to a ReAct tool-calling sub-loop."""
 
-    goal: str = Field(min_length=1)
-    tools: list[str] = Field(default_factory=list)
-    max_iterations: int = Field(10, ge=1, le=100)
-    output_schema: dict[str, Any] | None = None
+    goal: str = Field(min_length=1, description="The task, in words, for the model.")
+    tools: list[str] = Field(
+        default_factory=list, description="The granted actions the model may call."
+    )
+    max_iterations: int = Field(
+        10, ge=1, le=100, description="Model turns before the agent gives up."
+    )
+    output_schema: dict[str, Any] | None = Field(
+        None, description="A JSON Schema the agent's final answer must fit."
+    )
 
 
 class FallbackAction(_Model):
     """What runs when a step's primary action has failed for good."""
 
-    tool: str | None = None
-    agent: AgentSpec | None = None
-    params: dict[str, Any] = Field(default_factory=dict)
-    timeout: Seconds | None = None
+    tool: str | None = Field(None, description="The action called instead.")
+    agent: AgentSpec | None = Field(None, description="Or an agent task instead.")
+    params: dict[str, Any] = Field(
+        default_factory=dict, description="The action's params; values may be templates."
+    )
+    timeout: Seconds | None = Field(None, description="Seconds the fallback may take.")
 
     @model_validator(mode="after")
     def _one_action(self) -> FallbackAction:
@@ -93,20 +103,52 @@ class FallbackAction(_Model):
 class Step(_Model):
     """One node of the plan: a capability action or an agent task, with its policies."""
 
-    id: str = Field(pattern=ID_PATTERN, max_length=128)
-    description: str | None = None
-    tool: str | None = None
-    agent: AgentSpec | None = None
-    params: dict[str, Any] = Field(default_factory=dict)
-    depends_on: list[str] = Field(default_factory=list)
-    can_fail: bool = False
-    fallback: FallbackAction | str | None = None
-    confirm: Literal["auto", "always", "never"] = "auto"
-    retry: RetryPolicy | None = None
-    timeout: Seconds | None = None
-    when: bool | str | None = None
-    for_each: str | list[Any] | None = None
-    max_parallel: int | None = Field(None, ge=1, le=1024)
+    id: str = Field(
+        pattern=ID_PATTERN,
+        max_length=128,
+        description="The step's name in templates (`steps.ID.output`): letters, digits, _.",
+    )
+    description: str | None = Field(None, description="What the step is for, for people.")
+    tool: str | None = Field(None, description="The action this step calls.")
+    agent: AgentSpec | None = Field(
+        None, description="Or an open-ended task for a tool-calling model (instead of `tool`)."
+    )
+    params: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The action's params; a value may be a template (`${{ steps.a.output }}`).",
+    )
+    depends_on: list[str] = Field(
+        default_factory=list,
+        description="Steps that must end first, besides those its templates read.",
+    )
+    can_fail: bool = Field(
+        False, description="A failure of this step does not fail the run (`failed_acceptable`)."
+    )
+    fallback: FallbackAction | str | None = Field(
+        None,
+        description="What runs when the step failed for good: an action, an agent, or words "
+        "for an agent.",
+    )
+    confirm: Literal["auto", "always", "never"] = Field(
+        "auto",
+        description="Ask a person first: `auto` when the call has side effects, `always`, or "
+        "`never` (this step's own action only).",
+    )
+    retry: RetryPolicy | None = Field(None, description="How a failed attempt is retried.")
+    timeout: Seconds | None = Field(
+        None, description="Seconds per attempt (default: `limits.timeout`)."
+    )
+    when: bool | str | None = Field(
+        None, description="Run the step only if this (a template) is true; else `skipped`."
+    )
+    for_each: str | list[Any] | None = Field(
+        None,
+        description="Run the step once per item (a list, or a template giving one); each "
+        "run sees `item`.",
+    )
+    max_parallel: int | None = Field(
+        None, ge=1, le=1024, description="`for_each` items running at once."
+    )
     idempotent: bool = Field(
         False,
         description="Making this step's calls twice has the effect of making them once: a "
@@ -142,10 +184,10 @@ _JSON_KINDS: dict[str, tuple[type, ...]] = {
 class InputSpec(_Model):
     """A run input, in a subset of JSON Schema. An input with no default is required."""
 
-    type: JsonType = "string"
-    default: Any = None
-    description: str | None = None
-    enum: list[Any] | None = None
+    type: JsonType = Field("string", description="The input's JSON type.")
+    default: Any = Field(None, description="Its value when not given; without one it is required.")
+    description: str | None = Field(None, description="What the input is, for people.")
+    enum: list[Any] | None = Field(None, description="The only values it may take.")
 
     @property
     def required(self) -> bool:
@@ -162,9 +204,11 @@ class InputSpec(_Model):
 class LLMSettings(_Model):
     """Which model serves the plan; the CLI and environment override these."""
 
-    model: str | None = None
-    base_url: str | None = None
-    temperature: float | None = Field(None, ge=0, le=2)
+    model: str | None = Field(None, description="The model's name (`--model` overrides it).")
+    base_url: str | None = Field(
+        None, description="An OpenAI-compatible endpoint (`--base-url` overrides it)."
+    )
+    temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
 
 
 class Limits(_Model):
@@ -178,9 +222,9 @@ class Limits(_Model):
     )
     timeout: Seconds = Field(30.0, description="Default seconds per attempt.")
     max_duration: Seconds = Field(3600.0, description="Seconds for the whole run.")
-    max_llm_calls: int = Field(50, ge=0)
+    max_llm_calls: int = Field(50, ge=0, description="Model calls for the whole run.")
     max_llm_tokens: int | None = Field(None, ge=0, description="Prompt + completion tokens.")
-    max_tool_calls: int = Field(1000, ge=0)
+    max_tool_calls: int = Field(1000, ge=0, description="Tool calls for the whole run.")
 
 
 class ReplanPolicy(_Model):
@@ -192,21 +236,40 @@ class ReplanPolicy(_Model):
 class Plan(_Model):
     """A whole workflow: a recipe as written, or a plan written by the LLM planner."""
 
-    version: Literal[1] = 1
-    name: str = Field("plan", pattern=NAME_PATTERN, max_length=128)
-    description: str | None = None
-    inputs: dict[str, InputSpec] = Field(default_factory=dict)
-    llm: LLMSettings | None = None
+    version: Literal[1] = Field(1, description="The recipe format's version: 1.")
+    name: str = Field(
+        "plan", pattern=NAME_PATTERN, max_length=128, description="The recipe's name."
+    )
+    description: str | None = Field(None, description="What the recipe does, for people.")
+    inputs: dict[str, InputSpec] = Field(
+        default_factory=dict,
+        description="Run inputs by name (`-i NAME=VALUE`), read as `${{ inputs.NAME }}`.",
+    )
+    llm: LLMSettings | None = Field(None, description="The model for agent and llm steps.")
     capabilities: dict[str, dict[str, Any]] = Field(
         default_factory=dict, description="Grants: anything not granted is denied."
     )
-    limits: Limits = Field(default_factory=Limits)
-    on_failure: Literal["stop", "continue"] = "stop"
-    goal: str | None = None
-    replan: ReplanPolicy | None = None
-    steps: list[Step] = Field(default_factory=list)
-    finally_: list[Step] = Field(default_factory=list, alias="finally")
-    outputs: dict[str, Any] = Field(default_factory=dict)
+    limits: Limits = Field(default_factory=Limits, description="Run-wide bounds.")
+    on_failure: Literal["stop", "continue"] = Field(
+        "stop",
+        description="After a step fails: `stop` starts nothing more, `continue` runs what "
+        "does not need it.",
+    )
+    goal: str | None = Field(
+        None, description="A goal for the planner to plan (a recipe with no steps)."
+    )
+    replan: ReplanPolicy | None = Field(
+        None, description="Ask the planner again after a planned run fails."
+    )
+    steps: list[Step] = Field(default_factory=list, description="The steps, in any order.")
+    finally_: list[Step] = Field(
+        default_factory=list,
+        alias="finally",
+        description="Steps that run after the others, however they ended.",
+    )
+    outputs: dict[str, Any] = Field(
+        default_factory=dict, description="The run's results by name; values are templates."
+    )
 
     # The dependency edges of `steps` and `finally`, once found (engine._graph.plan_edges).
     _edges: dict[str, Any] = PrivateAttr(default_factory=dict)
@@ -230,7 +293,8 @@ class Plan(_Model):
 
 
 def plan_json_schema() -> dict[str, Any]:
-    """The recipe JSON Schema, for editors and LLM structured output."""
+    """The plan model's JSON Schema, knowing no registry (`engine.schema.recipe_schema`
+    adds the registry's tools, params and grants: what `planloom schema` prints)."""
     schema = Plan.model_json_schema(by_alias=True)
     schema["$schema"] = "https://json-schema.org/draft/2020-12/schema"
     schema["title"] = "planloom recipe"

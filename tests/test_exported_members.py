@@ -48,6 +48,7 @@ PUBLIC = {
         "Usage",
         "UsageError",
         "plan_json_schema",
+        "recipe_schema",
         "run_plan",
         "validate_plan",
     },

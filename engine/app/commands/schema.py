@@ -1,4 +1,4 @@
-"""`planloom schema`: print the recipe JSON Schema."""
+"""`planloom schema`: print the recipe JSON Schema, for editors and CI."""
 
 from __future__ import annotations
 
@@ -6,9 +6,9 @@ import argparse
 
 from engine.app.output import EXIT_OK, print_json
 from engine.capability import Registry
-from engine.model import plan_json_schema
+from engine.schema import recipe_schema
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:
-    print_json(plan_json_schema())
+    print_json(recipe_schema(registry))
     return EXIT_OK
