@@ -16,6 +16,9 @@ Inside the root, `.git` folders and `.env*` files are protected: writing them ne
 from __future__ import annotations
 
 import functools
+from typing import Any
+
+from pydantic import BaseModel
 
 from capabilities._fs_access import admission
 from capabilities._fs_models import (
@@ -81,76 +84,35 @@ def register(registry: Registry) -> None:
     registry.add_family(
         Family("fs", "read and write files beneath a granted root", FsGrant, _confinement_report)
     )
-    registry.add(
-        Action(
-            "fs.read",
-            "Read a text file.",
-            ReadParams,
-            read_file,
-            ReadResult,
-            side_effects=False,
-            admit=admission("fs.read", writes=False),
-            param_docs=PARAM_DOCS,
+    for name, description, params, run, result, writes in _ACTIONS:
+        registry.add(
+            Action(
+                name,
+                description,
+                params,
+                run,
+                result,
+                side_effects=writes,
+                idempotent=name == "fs.write",  # the same content twice: the same file
+                admit=admission(name, writes=writes),
+                param_docs=PARAM_DOCS,
+            )
         )
-    )
-    registry.add(
-        Action(
-            "fs.write",
-            "Write a file, replacing it.",
-            WriteParams,
-            write_file,
-            WriteResult,
-            side_effects=True,
-            idempotent=True,  # the same content twice leaves the same file
-            admit=admission("fs.write", writes=True),
-            param_docs=PARAM_DOCS,
-        )
-    )
-    registry.add(
-        Action(
-            "fs.append",
-            "Append text to a file.",
-            AppendParams,
-            append_file,
-            WriteResult,
-            side_effects=True,
-            admit=admission("fs.append", writes=True),
-            param_docs=PARAM_DOCS,
-        )
-    )
-    registry.add(
-        Action(
-            "fs.list",
-            "List a folder.",
-            ListParams,
-            list_folder,
-            ListResult,
-            side_effects=False,
-            admit=admission("fs.list", writes=False),
-            param_docs=PARAM_DOCS,
-        )
-    )
-    registry.add(
-        Action(
-            "fs.search",
-            "Search files for lines matching a regular expression.",
-            SearchParams,
-            search_files,
-            SearchResult,
-            side_effects=False,
-            admit=admission("fs.search", writes=False),
-            param_docs=PARAM_DOCS,
-        )
-    )
-    registry.add(
-        Action(
-            "fs.delete",
-            "Delete a file.",
-            DeleteParams,
-            delete_file,
-            DeleteResult,
-            side_effects=True,
-            admit=admission("fs.delete", writes=True),
-            param_docs=PARAM_DOCS,
-        )
-    )
+
+
+_ACTIONS: list[tuple[str, str, type[BaseModel], Any, type[BaseModel], bool]] = [
+    ("fs.read", "Read a text file.", ReadParams, read_file, ReadResult, False),
+    ("fs.write", "Write a file, replacing it.", WriteParams, write_file, WriteResult, True),
+    ("fs.append", "Append text to a file.", AppendParams, append_file, WriteResult, True),
+    ("fs.list", "List a folder.", ListParams, list_folder, ListResult, False),
+    (
+        "fs.search",
+        "Search files for lines matching a regular expression.",
+        SearchParams,
+        search_files,
+        SearchResult,
+        False,
+    ),
+    ("fs.delete", "Delete a file.", DeleteParams, delete_file, DeleteResult, True),
+]
+"""Each action: name, description, params, implementation, result, whether it writes."""
