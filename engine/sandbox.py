@@ -226,9 +226,12 @@ class Sandbox:
                 action.recorded,
                 idempotent or action.idempotent or not side_effects,
             )
+            # Settled before the gate: only a call served with nothing run may be answered
+            # by a recorded decision (a live call meets the live approver).
+            served = self.results.serves(call)
             # Before the gate, so nobody is asked about a call that would be refused; not
             # for a call served with nothing run (a replay's: its machine may differ).
-            if not self.results.serves(call):
+            if not served:
                 _grant_rules(action, model, ctx)
             self._spend(step_id)
             number = self.calls
@@ -239,9 +242,7 @@ class Sandbox:
             if doubt is not None and self.gate is None:
                 raise ApprovalDenied(f"{doubt}; nobody can be asked to run it again", in_doubt=True)
             if self.gate is not None and (gated or doubt is not None):
-                # Settled before the gate: only a call served with nothing run may be
-                # answered by a recorded decision (a live call meets the live approver).
-                replayed = doubt is None and self.results.serves(call)
+                replayed = doubt is None and served
                 reason = _gate_reason(side_effects, action.gate_note)
                 approved = await self.gate(
                     step_id,
