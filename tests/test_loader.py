@@ -529,6 +529,8 @@ _TEXT = st.text(
     max_size=30,
 ).filter(lambda s: "${{" not in s)
 
+_PATH = st.from_regex(r"[a-z0-9_]{1,8}(/[a-z0-9_ ]{1,8}){0,2}\.txt", fullmatch=True)
+
 
 @st.composite
 def _recipes(draw: st.DrawFn) -> dict[str, Any]:
@@ -568,12 +570,14 @@ def _recipes(draw: st.DrawFn) -> dict[str, Any]:
         if final:
             refs.append("${{ run.status }}")
         value = st.one_of(_TEXT, st.sampled_from(refs)) if refs else _TEXT
+        # A path the grant allows: one it refuses (`/`, `..`) is a validation error now
+        path = st.one_of(_PATH, st.sampled_from(refs)) if refs else _PATH
         tool = draw(st.sampled_from(["fs.read", "fs.write", "shell.run"]))
         params: dict[str, Any]
         if tool == "fs.read":
-            params = {"path": draw(value)}
+            params = {"path": draw(path)}
         elif tool == "fs.write":
-            params = {"path": draw(value), "content": draw(value)}
+            params = {"path": draw(path), "content": draw(value)}
             if draw(st.booleans()):
                 params["create_dirs"] = draw(st.booleans())
         else:
