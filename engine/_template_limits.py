@@ -47,6 +47,7 @@ from engine._template_budget import (
     past_deadline,
     tick,
 )
+from engine._template_data import as_data
 from engine._template_depth import (
     MAX_BRACKETS,
     MAX_TREE_DEPTH,
@@ -220,4 +221,6 @@ def finalize(value: Any) -> Any:
         return value
     if type(value) is int:  # bounded by `MAX_INT_BITS` where a template computes one
         return value
-    return checked(value, "the value printed")
+    checked(value, "the value printed")
+    data = as_data(value)  # an Undefined inside a list is an error here too, not "Undefined"
+    return data if data is value else checked(data, "the value printed")

@@ -19,15 +19,18 @@ from __future__ import annotations
 import functools
 import posixpath
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jinja2
 from jinja2 import nodes
+from jinja2.filters import make_attrgetter, sync_do_join
+from jinja2.nodes import EvalContext
 
 from engine import _regex
 from engine._limits import loads_json
+from engine._template_data import as_data
 from engine._template_limits import (
     BoundedEnvironment,
     TemplateLimit,
@@ -51,7 +54,9 @@ __all__ = [
 ]
 
 MARK = "${{"
-_WHOLE = re.compile(r"^\s*\$\{\{(?P<expr>.*)\}\}\s*$", re.S)
+# Exactly one template, nothing around it: text around a template (a newline, a space) is
+# data, so such a value renders to text.
+_WHOLE = re.compile(r"\A\$\{\{(?P<expr>.*)\}\}\Z", re.S)
 _PATH = re.compile(r"^\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\])*\s*$")
 _PATH_PART = re.compile(r"\.([A-Za-z_]\w*)|\[(\d+)\]")
 _JINJA_GLOBALS = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop"})
@@ -103,6 +108,17 @@ def _split(value: str, separator: str | None = None, maxsplit: int = -1) -> list
     return value.split(separator, maxsplit)
 
 
+@jinja2.pass_eval_context
+def _join(
+    eval_ctx: EvalContext, value: Iterable[Any], d: str = "", attribute: str | int | None = None
+) -> str:
+    """Jinja's `join`, with null joined as nothing, as `${{ none }}` prints (a failed
+    `for_each` item is null: its text is empty, not "None")."""
+    if attribute is not None:
+        value = map(make_attrgetter(eval_ctx.environment, attribute), value)
+    return sync_do_join(eval_ctx, ("" if item is None else item for item in value), d)
+
+
 class Namespace(dict[str, Any]):
     """A mapping templates read by name: `steps` and `inputs`.
 
@@ -115,10 +131,25 @@ class Namespace(dict[str, Any]):
 
 
 class _Sandbox(BoundedEnvironment):
+    """Names from a `Namespace` first; an attribute or item of null is null.
+
+    A step that failed, was skipped or did not run in a dry run has a null `output`, and a
+    `for_each` item that failed a null entry in its list: `steps.x.output.stdout` and
+    `map(attribute='content')` over such a list give null there (as GitHub Actions'
+    expressions do), not an error. Anything else undefined stays an error.
+    """
+
     def getattr(self, obj: Any, attribute: str) -> Any:
         if type(obj) is Namespace and attribute in obj:
             return obj[attribute]
+        if obj is None:
+            return None
         return super().getattr(obj, attribute)
+
+    def getitem(self, obj: Any, argument: Any) -> Any:
+        if obj is None:
+            return None
+        return super().getitem(obj, argument)
 
 
 _env = _Sandbox(
@@ -136,7 +167,7 @@ _env = _Sandbox(
 # Helpers recipes keep needing (as in Ansible and GitHub Actions): regex tests and filters.
 _env.tests.update(match=_match, search=_search)
 _env.filters.update(
-    regex_replace=_regex_replace, fromjson=_fromjson, basename=_basename, split=_split
+    regex_replace=_regex_replace, fromjson=_fromjson, basename=_basename, split=_split, join=_join
 )
 _env.guard_all()
 _REGEX_TAKERS = {(nodes.Test, "match"), (nodes.Test, "search"), (nodes.Filter, "regex_replace")}
@@ -232,10 +263,11 @@ class Template:
         if self.expression is None:
             return _template(self.source).render(**context)
         result = _expression(self.expression)(**context)
-        if isinstance(result, jinja2.Undefined):
-            str(result)  # raises UndefinedError with Jinja's own message
         check_size(size_of(result), "the value")
-        return result
+        data = as_data(result)
+        if data is not result:  # a generator made into a list is measured again
+            check_size(size_of(data), "the value")
+        return data
 
     def _shown(self) -> str:
         text = self.source.strip()
@@ -278,12 +310,12 @@ def _walk(context: Mapping[str, Any], path: Reference) -> Any:
             if isinstance(value, list) and -len(value) <= part < len(value):
                 value = value[part]
                 continue
-            return _MISS
+            return None if value is None else _MISS
         # Jinja prefers attributes over keys (`d.items` is the method); leave those to it.
         if isinstance(value, dict) and part in value and not hasattr(dict, part):
             value = value[part]
             continue
-        return _MISS
+        return None if value is None else _MISS  # an attribute of null is null (_Sandbox)
     return value
 
 

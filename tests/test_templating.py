@@ -51,7 +51,6 @@ def render(source: str, context: dict[str, Any] | None = None) -> Any:
         ("${{ steps.list.output.paths[0] }}", "x.txt"),
         ("${{ [1, 'a'] }}", [1, "a"]),
         ("${{ none }}", None),
-        ("  ${{ steps.a.output.n }}\n", 3),
     ],
 )
 def test_a_whole_expression_keeps_its_native_type(source: str, expected: Any) -> None:
@@ -71,6 +70,12 @@ def test_a_whole_expression_keeps_its_native_type(source: str, expected: Any) ->
         ("flag=${{ steps.a.output.flag }}", "flag=False"),
         ("${% for n in inputs.names %}${{ n }};${% endfor %}", "ann;bob;"),
         ("line\n${{ inputs.s }}\n", "line\nhi\n"),
+        # Text around a template is data, whitespace included: only a value that is
+        # exactly one template keeps its type.
+        ("  ${{ steps.a.output.n }}\n", "  3\n"),
+        ("${{ 'line1' }}\n", "line1\n"),
+        ("${{ steps.a.output.n }}\n", "3\n"),
+        (" ${{ inputs.s }}", " hi"),
     ],
 )
 def test_mixed_text_renders_a_string(source: str, expected: str) -> None:
@@ -140,9 +145,9 @@ def test_a_method_then_an_index_fails_on_both_paths() -> None:
 def test_a_key_named_like_a_dict_method_follows_jinja() -> None:
     # Jinja resolves `.items` to the dict's method before the key; `['items']` to the key.
     assert render("${{ steps.a.output['items'] }}") == [1, 2]
-    method = render("${{ steps.a.output.items }}")
-    assert callable(method)
-    assert method == CTX["steps"]["a"]["output"].items
+    # The method is not data: a whole value is JSON data, so this is an error with a hint.
+    with pytest.raises(TemplateError, match=r"function \(items\), not data.*\['items'\]"):
+        render("${{ steps.a.output.items }}")
 
 
 def test_list_index_on_the_fast_path() -> None:
