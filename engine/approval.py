@@ -23,8 +23,6 @@ import asyncio
 import contextlib
 import hashlib
 import json
-import sys
-import threading
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
@@ -32,6 +30,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel
 
 from engine._limits import loads_json
+from engine._prompt import ENDED, Menu, NoAnswer, ask, read_line
 from engine._sanitize import neutralize, sanitize_for_llm
 from engine._scope import current_scope
 from engine.errors import ApprovalDenied, ReplayMismatch, StepFailed
@@ -48,7 +47,6 @@ __all__ = [
     "Gatekeeper",
     "TerminalApprover",
     "params_hash",
-    "prompt_line",
 ]
 
 
@@ -172,19 +170,26 @@ class FailClosed:
         return _unattended(question, "no terminal")
 
 
+_GATE = Menu(
+    ("[a]pprove", "[d]eny", "[e]dit params", "[A]pprove all remaining", "[q]uit"),
+    aliases={"y": "a", "yes": "a", "n": "n", "no": "n"},  # y/n as before: n denies at once
+)
+
+
 class TerminalApprover:
     """Asks at the terminal: the step, the action, its rendered params, why it is gated.
 
     Answers: [a]pprove, [d]eny (with a reason), [e]dit the params (JSON; re-validated),
-    approve [A]ll remaining gates, [q]uit the run. An empty answer denies.
+    approve [A]ll remaining gates, [q]uit the run; `y` approves and `n` denies. There is
+    no default: an empty or unknown answer is asked again, saying what the answers are
+    (`engine._prompt`); the end of input, or no valid answer in `TRIES`, denies.
 
     Args:
         pause: a context manager factory held while asking, e.g. to stop a live progress
             view from drawing over the question.
     """
 
-    MENU = "[a]pprove  [d]eny  [e]dit params  [A]pprove all remaining  [q]uit > "
-    MAX_TRIES = 5
+    MAX_EDITS = 5  # edits that are not JSON before the gate gives up (and denies)
 
     def __init__(self, pause: Callable[[], AbstractContextManager[object]] | None = None):
         self.pause = pause or contextlib.nullcontext
@@ -207,10 +212,13 @@ class TerminalApprover:
             return await self._menu(request, head, problem)
 
     async def _menu(self, request: GateRequest, head: str, problem: str) -> Decision:
-        prompt = f"{head}{problem}\n{self.MENU}"
-        for _ in range(self.MAX_TRIES):
-            answer = (await _ask_in_thread(prompt)).strip()
-            if answer in {"a", "y", "yes"}:
+        prompt = f"{head}{problem}\n{_GATE.prompt}"
+        for _ in range(self.MAX_EDITS):
+            try:
+                answer = await ask(prompt, _GATE.parse, again=_GATE.prompt)
+            except NoAnswer as exc:
+                return request.decision(False, "terminal", str(exc))
+            if answer == "a":
                 return request.decision(True, "terminal")
             if answer == "A":
                 self.approve_all = True
@@ -219,15 +227,17 @@ class TerminalApprover:
                 decision = request.decision(False, "terminal", "the person quit the run")
                 return decision.model_copy(update={"quit": True})
             if answer == "d":
-                reason = (await _ask_in_thread("reason (optional) > ")).strip()
+                reason = (await read_line("reason (optional) > ") or "").strip()
                 return request.decision(False, "terminal", reason or "denied at the terminal")
-            if answer != "e":
+            if answer == "n":
                 return request.decision(False, "terminal", "answered no")
-            text = await _ask_in_thread("new params as one line of JSON > ")
+            text = await read_line("new params as one line of JSON > ")
+            if text is None:
+                return request.decision(False, "terminal", ENDED)
             try:
                 edited = loads_json(text)
             except ValueError as exc:  # a typo is not a "no": ask again
-                prompt = f"{head}\nyour edit was refused: not JSON ({exc})\n{self.MENU}"
+                prompt = f"{head}\nyour edit was refused: not JSON ({exc})\n{_GATE.prompt}"
                 continue
             decision = request.decision(True, "terminal (edited)")
             return decision.model_copy(update={"edited_params": edited})
@@ -245,52 +255,20 @@ class TerminalApprover:
         for index, choice in enumerate(question.choices or [], start=1):
             lines.append(f"  {index}. {neutralize(choice)}")
         default = f" [{question.default}]" if question.has_default else ""
-        prompt = "\n".join(lines) + f"\n>{default} "
-        with self.pause():
-            for _ in range(3):
-                text = await _ask_in_thread(prompt)
-                if not text.strip() and question.has_default:
-                    return question.default
-                try:
-                    return parse_answer(question, text)
-                except ValueError as exc:
-                    prompt = f"{exc}\n>{default} "
-        raise StepFailed(f"human.ask: no valid answer to {question.question!r} after 3 tries")
+        again = f">{default} "
 
+        def parse(text: str) -> Any:
+            if not text.strip() and question.has_default:
+                return question.default
+            return parse_answer(question, text)
 
-async def prompt_line(prompt: str) -> str:
-    """Write `prompt` to stderr and read one line from stdin, without blocking the loop;
-    an interrupted run does not wait for the answer."""
-    return await _ask_in_thread(prompt)
-
-
-async def _ask_in_thread(prompt: str) -> str:
-    """Read one answer without blocking the loop.
-
-    A daemon thread rather than the default executor: if the run is cancelled while the
-    person has not answered, the blocked read must not keep the interpreter from exiting.
-    """
-    loop = asyncio.get_running_loop()
-    answer: asyncio.Future[str] = loop.create_future()
-
-    def deliver(line: str) -> None:
-        if not answer.done():
-            answer.set_result(line)
-
-    def read() -> None:
-        line = _ask(prompt)
-        with contextlib.suppress(RuntimeError):  # the loop is gone: nobody is waiting
-            loop.call_soon_threadsafe(deliver, line)
-
-    threading.Thread(target=read, name="planloom-prompt", daemon=True).start()
-    return await answer
-
-
-def _ask(prompt: str) -> str:
-    sys.stderr.write(prompt)
-    sys.stderr.flush()
-    line = sys.stdin.readline()
-    return line if line else "n"
+        try:
+            with self.pause():
+                return await ask("\n".join(lines) + f"\n{again}", parse, again=again)
+        except NoAnswer as exc:
+            if exc.ended:  # as if nobody were there: the default, or the step fails
+                return _unattended(question, str(exc))
+            raise StepFailed(f"human.ask: {exc} to {question.question!r}") from None
 
 
 class Gatekeeper:

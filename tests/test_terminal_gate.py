@@ -66,7 +66,7 @@ def test_prompt_shows_the_rendered_params(recipe: Path) -> None:
     child = _spawn(recipe)
     child.expect('"path": "out/note.txt"')
     child.expect(r"\[q\]uit > ")
-    child.sendline("")  # the default is no
+    child.sendline("n")  # no (an empty answer asks again: there is no default)
     child.expect(pexpect.EOF)
     child.close()
     assert child.exitstatus == 1

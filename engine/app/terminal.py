@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
+from engine._prompt import Menu, NoAnswer, ask, read_line
 from engine._sanitize import neutralize
 from engine._yaml import parse_recipe_text
 from engine.app.console import LiveProgress, console_on
 from engine.app.logs import subscribe_logs
-from engine.approval import ApproveAll, Approver, DenyAll, FailClosed, TerminalApprover, prompt_line
+from engine.approval import ApproveAll, Approver, DenyAll, FailClosed, TerminalApprover
 from engine.capability import Registry
 from engine.diagnostics import render_diagnostics
 from engine.errors import PlanValidationError
@@ -32,7 +33,11 @@ from engine.session import Attached, plan_from_text
 
 __all__ = ["TerminalFrontend"]
 
-_PLAN_MENU = "[a]pprove  [e]dit  [r]eject  [s]ave as recipe > "
+_PLAN_MENU = Menu(
+    ("[a]pprove", "[e]dit", "[r]eject", "[s]ave as recipe"),
+    aliases={"y": "a", "yes": "a", "n": "r", "no": "r"},
+    fold_case=True,
+)
 
 
 @dataclass
@@ -144,12 +149,17 @@ class TerminalFrontend:
     async def _menu(self, plan: Plan, text: str) -> tuple[bool, str | None]:
         """The person's review of a plan: approve, edit in $EDITOR (re-validated, with
         located errors until it is valid or given up), reject, or save it as a recipe.
+        An empty or unknown answer is asked again; the end of input rejects the plan.
         Returns whether it was approved, and the edited YAML if it was edited."""
         valid: Plan | None = plan
         edited = False
         while True:
-            answer = (await prompt_line(_PLAN_MENU)).strip().lower()
-            if answer in {"a", "y", "yes"}:
+            try:
+                answer = await ask(_PLAN_MENU.prompt, _PLAN_MENU.parse)
+            except NoAnswer as exc:
+                self.say(str(exc))
+                return False, None
+            if answer == "a":
                 if valid is not None:
                     return True, text if edited else None
                 self.say("the plan is invalid: edit it again, or reject it")
@@ -164,11 +174,16 @@ class TerminalFrontend:
                 else:
                     sys.stderr.write(render_plan(valid, self.registry))
             elif answer == "s":
-                target = Path((await prompt_line("save as [plan.yaml] > ")).strip() or "plan.yaml")
+                name = await read_line("save as [plan.yaml] > ")
+                if name is None:  # Ctrl-D: no name, nothing saved
+                    self.say("not saved")
+                    continue
+                target = Path(name.strip() or "plan.yaml")
                 replace = False
                 if await asyncio.to_thread(target.exists):
                     asked = f"{target} exists: replace it? [y/N] > "
-                    replace = (await prompt_line(asked)).strip().lower() in {"y", "yes"}
+                    with contextlib.suppress(NoAnswer):  # the end of input keeps the file
+                        replace = await ask(asked, _yes_or_no)
                     if not replace:
                         self.say(f"not saved: {target} is left as it was")
                         continue
@@ -176,8 +191,18 @@ class TerminalFrontend:
                     self.say(f"saved to {target} (run it with: planloom run {target})")
                 else:
                     self.say(f"not saved: {target} appeared meanwhile; save again to replace it")
-            else:  # r, an empty answer, or end of input
+            else:  # r
                 return False, None
+
+
+def _yes_or_no(text: str) -> bool:
+    """y or n, and an empty answer is n (as the `[y/N]` shows)."""
+    answer = text.strip().lower()
+    if answer in {"y", "yes"}:
+        return True
+    if answer in {"", "n", "no"}:
+        return False
+    raise ValueError("type y or n (Enter: n)")
 
 
 def _save(target: Path, text: str, replace: bool) -> bool:
