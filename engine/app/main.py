@@ -7,16 +7,23 @@ prompts and summaries go to stderr.
 Start-up is kept short: this module imports the grammar of the command line and nothing of
 the engine, so `--help` and usage errors exit at once; then only the chosen command's
 module is imported (`engine.app.commands.command_main`).
+
+A reader that goes away (`planloom tools | head -1`) ends the command quietly with exit
+code 141 (128 + SIGPIPE, what a shell shows for a program SIGPIPE ended), as Python's
+documentation of SIGPIPE advises: no traceback.
 """
 
 from __future__ import annotations
 
+import os
+import select
 import sys
 from collections.abc import Sequence
+from typing import IO
 
 from engine._gc import collector_paused, heap_frozen
 from engine.app.commands import command_main
-from engine.app.output import EXIT_INVALID, invalid, print_json
+from engine.app.output import EXIT_BROKEN_PIPE, EXIT_INVALID, invalid, print_json
 from engine.app.parser import build_parser
 from engine.errors import ConfigurationError
 
@@ -35,6 +42,35 @@ def main(argv: Sequence[str] | None = None) -> int:
             interpreter's collections at exit do not rescan it
             (`engine._gc.heap_frozen(until_exit=True)`).
     """
+    try:
+        code = _main(argv)
+        sys.stdout.flush()  # here, not at exit, where a closed pipe could not be handled
+    except BrokenPipeError:
+        gone = [stream for stream in (sys.stdout, sys.stderr) if _reader_gone(stream)]
+        if not gone:
+            raise  # a pipe of something else (a child's stdin): a real error
+        # What is still buffered for a stream whose reader left goes nowhere, so the
+        # interpreter's flush at exit cannot fail on it again.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        for stream in gone:
+            os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+        return EXIT_BROKEN_PIPE
+    return code
+
+
+def _reader_gone(stream: IO[str]) -> bool:
+    """Whether `stream` is a pipe (or socket, or terminal) whose other end has closed."""
+    try:
+        fd = stream.fileno()
+    except (AttributeError, OSError, ValueError):  # not a file (a test's StringIO), closed
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(mask & (select.POLLERR | select.POLLHUP) for _, mask in poller.poll(0))
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.plugin = [*args.plugin, *getattr(args, "plugin_after", ())]
     try:

@@ -11,6 +11,7 @@ import sys
 from typing import Any
 
 __all__ = [
+    "EXIT_BROKEN_PIPE",
     "EXIT_FAILED",
     "EXIT_INTERRUPTED",
     "EXIT_INVALID",
@@ -21,6 +22,7 @@ __all__ = [
 ]
 
 EXIT_OK, EXIT_FAILED, EXIT_INVALID, EXIT_REJECTED, EXIT_INTERRUPTED = 0, 1, 2, 3, 130
+EXIT_BROKEN_PIPE = 141  # 128 + SIGPIPE: the reader of the output went away (`| head -1`)
 
 
 def print_json(value: Any) -> None:

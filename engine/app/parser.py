@@ -49,7 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
         prog="planloom",
         description="The `planloom` command.",
         epilog="exit codes: 0 the run succeeded; 1 it failed; 2 invalid recipe, usage or "
-        "configuration; 3 plan rejected; 130 interrupted",
+        "configuration; 3 plan rejected; 130 interrupted; 141 the output's reader went away "
+        "(`| head`)",
     )
     parser.add_argument(
         "--version", action=_Version, nargs=0, help="print planloom's version and exit"
