@@ -82,7 +82,9 @@ PARAM_DOCS = {
     "max_depth": "How many folders deep to go.",
     "max_entries": "The most entries looked at; past it the result says `truncated`.",
     "pattern": "A regular expression matched against each line (time-limited).",
-    "glob": "Which files to search, as a glob relative to `path` (`**/*.py`).",
+    "glob": "Which files to search, as a glob relative to `path` (`**/*.py`). Folders of "
+    "tools (`.git`, `.venv` and any virtual environment, `node_modules`, `__pycache__`, "
+    "caches) are skipped unless the glob names them (`.venv/**`).",
     "max_matches": "The most matching lines returned.",
 }
 """What each `fs` param means, for editors (`Action.param_docs`)."""
@@ -196,7 +198,16 @@ class SearchMatch(BaseModel):
 
 
 class SearchResult(BaseModel):
-    """Result of `fs.search`."""
+    """Result of `fs.search`.
+
+    Attributes:
+        matches: the matching lines, file by file in path order.
+        truncated: a limit cut the search short (`max_matches`, `max_entries` or
+            `max_depth`): there may be more matches.
+        visited: the files and folders the walk looked at (it goes only where the glob
+            can match, and not into tool folders such as `.venv` the glob does not name).
+    """
 
     matches: list[SearchMatch]
     truncated: bool
+    visited: int = 0

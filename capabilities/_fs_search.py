@@ -1,13 +1,17 @@
 """The `fs.search` action: lines matching a regular expression, in files matching a glob.
 
-The walk, the glob and the pattern are all bounded: by the walk's limits, by a deadline
-set a little before the call's own timeout, and by cancellation of the call.
+The walk goes only where the glob can match (`*/*.py`: one level of folders; `src/**`:
+under `src`), and not into the folders of tools (`TOOL_FOLDERS`, and any folder holding a
+`pyvenv.cfg`: a virtual environment) unless the glob names them (`.venv/**`) or `path` is
+inside one. The walk, the glob and the pattern are all bounded: by the walk's limits, by a
+deadline set a little before the call's own timeout, and by cancellation of the call.
 """
 
 from __future__ import annotations
 
 import asyncio
 import os
+import re
 import stat
 import threading
 import time
@@ -15,13 +19,33 @@ from dataclasses import dataclass, field
 
 from capabilities._fs_access import grant_of, jail_for, read_capped, require_read
 from capabilities._fs_models import SearchMatch, SearchParams, SearchResult
-from capabilities._jail import Jail, WalkLimits, clean_relpath
+from capabilities._jail import Enter, Jail, WalkLimits, clean_relpath
 from engine import _regex
-from engine._globs import compile_glob
+from engine._globs import GlobReach, compile_glob, glob_reach
 from engine.capability import CallContext
 from engine.errors import StepFailed
 
-__all__ = ["search_files"]
+__all__ = ["TOOL_FOLDERS", "search_files"]
+
+TOOL_FOLDERS = frozenset(
+    {
+        ".git",
+        ".hg",
+        ".svn",
+        ".venv",
+        "venv",
+        "node_modules",
+        "__pycache__",
+        ".tox",
+        ".nox",
+        ".mypy_cache",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".hypothesis",
+    }
+)
+"""Folders of version control, environments and caches: what a tool put there, not the
+project's own files. `fs.search` does not enter them unless its glob names them."""
 
 _MAX_LINE_CHARS = 1000  # a match's `text` is cut here so one minified file can't flood output
 _BINARY_SNIFF = 8192
@@ -58,10 +82,11 @@ def _search_sync(
     limits = WalkLimits(params.max_depth, params.max_entries)
     matches: list[SearchMatch] = []
     prefix = "" if rel == "." else rel + "/"
+    enter = _entering(params.glob, glob_reach(params.glob), prefix, until)
     with jail:
         fd = jail.open(rel, os.O_RDONLY | os.O_DIRECTORY)
         try:
-            for entry in jail.walk(fd, rel, limits):
+            for entry in jail.walk(fd, rel, limits, enter):
                 if not stat.S_ISREG(entry.st.st_mode) or entry.st.st_size > cap:
                     continue
                 if not _glob_matches(params.glob, glob, entry.rel.removeprefix(prefix), until):
@@ -70,12 +95,38 @@ def _search_sync(
                 for number, line in enumerate((text or "").splitlines(), 1):
                     if _search_line(params.pattern, line, until, entry.rel):
                         if len(matches) >= params.max_matches:
-                            return SearchResult(matches=matches, truncated=True)
+                            return SearchResult(
+                                matches=matches, truncated=True, visited=limits.seen
+                            )
                         cut = line[:_MAX_LINE_CHARS]
                         matches.append(SearchMatch(path=entry.rel, line=number, text=cut))
         finally:
             os.close(fd)
-    return SearchResult(matches=matches, truncated=limits.truncated)
+    return SearchResult(matches=matches, truncated=limits.truncated, visited=limits.seen)
+
+
+def _entering(glob: str, reach: GlobReach, prefix: str, until: _Until) -> Enter:
+    """Which folders the walk goes into: those beneath which the glob can match a file,
+    and no tool folder the glob does not name."""
+
+    def match(segment: re.Pattern[str], name: str) -> bool:
+        return _glob_matches(glob, f"(?s:{segment.pattern})", name, until)
+
+    def enter(rel: str, name: str, fd: int) -> bool:
+        if not reach.enters(rel.removeprefix(prefix), match):
+            return False
+        return name in reach.literals or not (name in TOOL_FOLDERS or _is_venv(fd))
+
+    return enter
+
+
+def _is_venv(fd: int) -> bool:
+    """Whether the open folder is a Python virtual environment (it holds `pyvenv.cfg`)."""
+    try:
+        os.stat("pyvenv.cfg", dir_fd=fd, follow_symlinks=False)
+    except OSError:
+        return False
+    return True
 
 
 def _glob_matches(glob: str, translated: str, rel: str, until: _Until) -> bool:

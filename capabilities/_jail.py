@@ -16,7 +16,7 @@ import os
 import platform
 import posixpath
 import stat
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -243,15 +243,21 @@ class Jail:
         reason = reasons.get(code or 0, exc.strerror or str(exc))
         return StepFailed(f"{self.action}: {reason} {where}")
 
-    def walk(self, start_fd: int, start_rel: str, limits: WalkLimits) -> Iterator[Entry]:
+    def walk(
+        self, start_fd: int, start_rel: str, limits: WalkLimits, enter: Enter | None = None
+    ) -> Iterator[Entry]:
         """Yield the entries under an open folder, depth first, never following symlinks.
 
         `limits.truncated` is set when the depth or entry cap stopped the walk. Each entry's
-        `dir_fd` is valid only until the next entry is requested.
+        `dir_fd` is valid only until the next entry is requested. `enter`, when given, says
+        which folders to go into (the folder itself is still yielded): a folder it refuses
+        costs nothing more, and does not count as cut off by the depth cap.
         """
-        yield from self._walk(start_fd, start_rel, 1, limits)
+        yield from self._walk(start_fd, start_rel, 1, limits, enter)
 
-    def _walk(self, dir_fd: int, rel: str, depth: int, limits: WalkLimits) -> Iterator[Entry]:
+    def _walk(
+        self, dir_fd: int, rel: str, depth: int, limits: WalkLimits, enter: Enter | None
+    ) -> Iterator[Entry]:
         try:
             names = _list_names(dir_fd, limits.max_entries + 1)
         except OSError:
@@ -275,12 +281,19 @@ class Jail:
             except OSError:
                 continue
             try:
+                if enter is not None and not enter(child, name, sub):
+                    continue
                 if depth < limits.max_depth:
-                    yield from self._walk(sub, child, depth + 1, limits)
+                    yield from self._walk(sub, child, depth + 1, limits, enter)
                 elif _has_entries(sub):
                     limits.truncated = True  # a deeper level exists that we did not list
             finally:
                 os.close(sub)
+
+
+Enter = Callable[[str, str, int], bool]
+"""`enter(rel, name, fd)`: whether `Jail.walk` goes into the folder at `rel` (root-relative),
+named `name`, open (without following links) as `fd`."""
 
 
 @dataclass

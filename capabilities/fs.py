@@ -96,6 +96,7 @@ def register(registry: Registry) -> None:
                 idempotent=name == "fs.write",  # the same content twice: the same file
                 admit=admission(name, writes=writes),
                 param_docs=PARAM_DOCS,
+                truncated_note=_TRUNCATED.get(name),
             )
         )
 
@@ -116,3 +117,11 @@ _ACTIONS: list[tuple[str, str, type[BaseModel], Any, type[BaseModel], bool]] = [
     ("fs.delete", "Delete a file.", DeleteParams, delete_file, DeleteResult, True),
 ]
 """Each action: name, description, params, implementation, result, whether it writes."""
+
+_TRUNCATED = {
+    "fs.read": "the file is larger than the grant's max_read_bytes; only its start was read",
+    "fs.list": "max_entries or max_depth was reached; list a narrower path or raise them",
+    "fs.search": "max_entries, max_depth or max_matches was reached; narrow path or glob, "
+    "or raise them",
+}
+"""Which limit cut an action's output that says `truncated: true` (the step's warning)."""

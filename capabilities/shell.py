@@ -115,6 +115,8 @@ def register(registry: Registry) -> None:
             result_model=ShellResult,
             side_effects=True,
             admit=admit,
+            truncated_note="an output stream passed the grant's max_output, and the program "
+            "was stopped there",
         )
     )
 

@@ -177,6 +177,8 @@ class Action(Generic[P]):
         param_docs: a description of each param, for editors (`planloom schema`), where
             the params model has none of its own. Kept out of the model's schema, which
             models are shown: a recorded run's requests stay the same.
+        truncated_note: which limit cut an output that says `truncated: true`, and what to
+            do about it, for the warning a person sees (`engine._truncation`).
     """
 
     name: str
@@ -192,6 +194,7 @@ class Action(Generic[P]):
     details: Mapping[str, Any] = field(default_factory=dict)
     admit: Callable[[P, CallContext], None] | None = None
     param_docs: Mapping[str, str] = field(default_factory=dict)
+    truncated_note: str | None = None
     family: str = field(init=False)
 
     def __post_init__(self) -> None:

@@ -31,6 +31,7 @@ EventKind = Literal[
     "run.finished",
     "step.started",
     "step.finished",
+    "step.warning",
     "attempt.started",
     "attempt.finished",
     "attempt.retrying",
@@ -118,7 +119,8 @@ def structlog_subscriber(logger: Any) -> Subscriber:
 
     def log(event: Event) -> None:
         fields = {k: v for k, v in event.data.items() if v is not None}
-        logger.info(
+        say = logger.warning if event.kind == "step.warning" else logger.info
+        say(
             event.kind,
             run_id=event.run_id,
             step_id=event.step_id,

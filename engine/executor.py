@@ -470,6 +470,9 @@ class Executor:
             # Not `result.usage = usage`: pydantic would also record the field as set,
             # growing each result's set of set fields to 32 slots (50 MB at 100,000 steps).
             result.__dict__["usage"] = usage
+        warnings = self.sandbox.step_warnings.pop(step_id, None)
+        if warnings:  # (a step kept from before keeps its own)
+            result.__dict__["warnings"] = warnings
         started = self._started.pop(step_id, None)
         if started is not None and self.sandbox.results.timed:  # (a kept step keeps its own)
             result.__dict__["duration"] = round(time.monotonic() - started, 6)

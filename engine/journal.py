@@ -216,6 +216,8 @@ class Journal:
             ended["usage"] = result.usage.model_dump()
         if result.duration is not None:
             ended["duration"] = result.duration
+        if result.warnings:
+            ended["warnings"] = self.redact(result.warnings)
         data: dict[str, Any] = {
             "result": ended,
             "started": self._started.pop(step_id, None),

@@ -95,6 +95,11 @@ class StepResult(BaseModel):
     transcript: list[dict[str, Any]] | None = Field(
         None, description="Agent steps: every tool call as it really went."
     )
+    warnings: list[str] | None = Field(
+        None,
+        description="What a person should know of a step that did not fail: each call "
+        "whose output was cut at a limit (`truncated: true`), and so is incomplete.",
+    )
 
 
 class Usage(BaseModel):

@@ -19,6 +19,8 @@ from pydantic import BaseModel, ValidationError
 
 from engine._execute import execute, jsonable
 from engine._problems import validation_problems
+from engine._scope import current_scope
+from engine._truncation import MAX_WARNINGS, truncation_warning
 from engine.backend import Backend, RemoteCall
 from engine.capability import Action, Asker, CallContext, ParamPath, Registry
 from engine.errors import (
@@ -144,6 +146,8 @@ class Sandbox:
     calls: int = 0
     # Calls counted per step until the step ends (`Executor` takes its count then).
     step_calls: dict[str, int] = field(default_factory=dict)
+    # Warnings per step until the step ends (outputs cut at a limit; `Executor` takes them).
+    step_warnings: dict[str, list[str]] = field(default_factory=dict)
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
     _slots: dict[str, asyncio.Semaphore | None] = field(default_factory=dict, init=False)
 
@@ -331,7 +335,23 @@ class Sandbox:
                 rule=f"grant.{action.family}",
                 outcome="ok",
             )
+        scope = current_scope() or ""
+        item = scope[len(step_id) :] if scope.startswith(f"{step_id}[") else None
+        warning = truncation_warning(action, model, output, item)
+        if warning is not None:
+            self._warn(step_id, attempt, name, warning)
         return output
+
+    def _warn(self, step_id: str, attempt: int, name: str, warning: str) -> None:
+        """Keep `warning` for the step's result and announce it (`step.warning`)."""
+        kept = self.step_warnings.setdefault(step_id, [])
+        if warning in kept or len(kept) > MAX_WARNINGS:
+            return
+        if len(kept) == MAX_WARNINGS:
+            warning = f"more calls than these {MAX_WARNINGS} had their output truncated"
+        kept.append(warning)
+        if self.events is not None:
+            self.events.emit("step.warning", step_id, attempt, action=name, warning=warning)
 
     def _admit(self, name: str, params: Any, step_id: str) -> tuple[Action[Any], BaseModel, Any]:
         """The grant check and the params schema: the action, its grant and its params."""

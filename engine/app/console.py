@@ -17,7 +17,7 @@ from engine._sanitize import neutralize
 from engine.cassette import RECORDED
 from engine.events import Event
 from engine.results import STATUS_STYLE as _STYLE
-from engine.results import RunResult
+from engine.results import RunResult, StepResult
 
 __all__ = ["LiveProgress", "console_on", "print_summary", "uses_colour"]
 
@@ -89,6 +89,9 @@ class LiveProgress:
         elif event.kind == "step.finished":
             self.running.pop(event.step_id, None)
             self.done += 1
+        elif event.kind == "step.warning":  # printed above the view, and it stays
+            line = f"warning: {event.step_id}: {event.data.get('warning')}"
+            self.console.print(Text(neutralize(line), style="yellow"))
 
     def _table(self) -> Table:
         table = Table(box=None, show_header=False, pad_edge=False)
@@ -117,7 +120,7 @@ def print_summary(result: RunResult, stream: IO[str]) -> None:
             Text(neutralize(step.status), style=_STYLE.get(step.status, "")),
             str(step.attempts),
             _seconds(step.duration),
-            Text(_clip(step.error, 100)),
+            _note(step),
         )
     console.print(table)
     for step_id, step in result.steps.items():
@@ -149,6 +152,14 @@ def print_summary(result: RunResult, stream: IO[str]) -> None:
         Text(f"run {result.status}", style=style),
         Text(f"  ({model}{usage.tool_calls} tool calls)", style="dim"),
     )
+
+
+def _note(step: StepResult) -> Text:
+    """A step's error, then its warnings (an output cut at a limit), for the summary."""
+    note = Text(_clip(step.error, 100))
+    for warning in step.warnings or []:
+        note.append(("\n" if note else "") + f"warning: {neutralize(warning)}", style="yellow")
+    return note
 
 
 def _seconds(duration: float | None) -> str:
