@@ -11,6 +11,10 @@ calls reuse that session, and the run's end stops every server with its process 
 session lives in a task of its own (the SDK's transports must be left by the task that
 entered them), so calls from any step share it. A server that died is started again by the
 next call to it.
+
+Sessions live on the family's own event loop (`_mcp_home`), whatever loop asks: so the
+session a listing opened can be parked, under a hold, and taken over by the run's
+`Servers`, and a server listed at validation is not started a second time for the run.
 """
 
 from __future__ import annotations
@@ -31,6 +35,7 @@ import mcp_types
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from capabilities._mcp_home import keeping, on_home, park, unpark
 from capabilities._mcp_http import checked_client
 from capabilities._mcp_models import FAMILY, MAX_NESTING, McpGrant, Server, StdioServer, nesting
 from capabilities._mcp_stdio import ConfinedStdio, StdioLaunch
@@ -184,32 +189,60 @@ async def list_tools(name: str, spec: Server, base_dir: Path) -> list[dict[str, 
     """The server's tools (`tools/list`, every page), as JSON: in full for those the
     grant's `tools` globs allow, by name alone for the others.
 
+    Under a hold (`_mcp_home.holding`) the server is then parked for the run's `Servers` to
+    take over (and a server parked already is listed again, not started again); else it
+    is stopped.
+
     Raises:
         ConfigurationError: it could not be started, reached or listed within
             `startup_timeout`, or its listing is too large.
     """
+    return await on_home(_list_tools(name, spec, base_dir))
+
+
+async def _list_tools(name: str, spec: Server, base_dir: Path) -> list[dict[str, Any]]:
+    key = _parking_key(name, spec, base_dir)
+    current = unpark(key)
+    if not isinstance(current, _Session) or current.task.done():
+        current = _Session(name, spec, base_dir)
+    tools: list[dict[str, Any]] = []
     problem: ConfigurationError | None = None
     try:
         with anyio.fail_after(spec.startup_timeout):
-            async with session(name, spec, base_dir) as connection:
-                try:
-                    return await _all_tools(connection.client, name, spec.tools)
-                except ConfigurationError as exc:
-                    problem = exc  # raised once the session is left, not through its tasks
-                except Exception as exc:  # an error answer, a crash, a broken line...
-                    why = await connection.failure() or _describe(exc)
-                    problem = ConfigurationError(
-                        f"MCP server '{name}' failed to list its tools: {why}"
-                    )
+            connection = await asyncio.shield(current.ready)
+            try:
+                tools = await _all_tools(connection.client, name, spec.tools)
+            except ConfigurationError as exc:
+                problem = exc
+            except Exception as exc:  # an error answer, a crash, a broken line...
+                why = await connection.failure() or _describe(exc)
+                problem = ConfigurationError(f"MCP server '{name}' failed to list its tools: {why}")
     except TimeoutError:
-        raise ConfigurationError(
+        problem = ConfigurationError(
             f"MCP server '{name}' did not answer within startup_timeout "
             f"({spec.startup_timeout:g} s); raise it in the server's grant if it starts slowly"
-        ) from None
-    except CapabilityDenied as exc:  # it wrote a protected entry while it was listed
-        raise ConfigurationError(f"MCP server '{name}': {exc}") from None
-    assert problem is not None
-    raise problem
+        )
+    except ConfigurationError as exc:  # it could not be started or reached
+        problem = exc
+    except CapabilityDenied as exc:  # it wrote a protected entry as it failed to start
+        problem = ConfigurationError(f"MCP server '{name}': {exc}")
+    if problem is None and keeping():
+        replaced = park(key, current)
+        if replaced is not None and replaced is not current:  # listed twice at once
+            await replaced.stop()
+        return tools
+    await current.stop()
+    # A protected entry it wrote while it was listed is found when it stops.
+    if problem is None and isinstance(current.ended, CapabilityDenied):
+        problem = ConfigurationError(f"MCP server '{name}': {current.ended}")
+    if problem is not None:
+        raise problem
+    return tools
+
+
+def _parking_key(name: str, spec: Server, base_dir: Path) -> tuple[str, str, str]:
+    """What a parked session is for: the server's name and grant, and the recipe folder."""
+    return name, spec.model_dump_json(), str(base_dir)
 
 
 async def _all_tools(client: Client, name: str, globs: list[str]) -> list[dict[str, Any]]:
@@ -269,7 +302,11 @@ class _Session:
         self.startup_timeout = spec.startup_timeout
         loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[Connection] = loop.create_future()
+        # Whoever waits gets its exception; a start nobody waited for (stopped while
+        # starting, or parked and never taken) is no error to log.
+        self.ready.add_done_callback(lambda ready: ready.cancelled() or ready.exception())
         self._stop = asyncio.Event()
+        self.ended: Exception | None = None  # how leaving the session failed, once started
         self.task = asyncio.create_task(self._keep(spec, base_dir), name=f"mcp-{name}")
 
     async def _keep(self, spec: Server, base_dir: Path) -> None:
@@ -280,6 +317,8 @@ class _Session:
         except Exception as exc:
             if not self.ready.done():
                 self.ready.set_exception(exc)
+            else:
+                self.ended = exc
         except BaseException:
             if not self.ready.done():
                 self.ready.set_exception(
@@ -299,7 +338,8 @@ class _Session:
 
 
 class Servers:
-    """The `mcp` family's state for one run: a session per server, opened on first use."""
+    """The `mcp` family's state for one run: a session per server, opened on first use,
+    or taken over from its listing (parked, under a hold) when the run starts."""
 
     def __init__(self, grant: McpGrant, base_dir: Path) -> None:
         self.grant = grant
@@ -307,11 +347,21 @@ class Servers:
         self._sessions: dict[str, _Session] = {}
 
     async def __aenter__(self) -> Servers:
+        await on_home(self._take_parked())
         return self
 
     async def __aexit__(self, *_: object) -> None:
+        await on_home(self._stop_all(), detached=True)
+
+    async def _take_parked(self) -> None:
+        for name, spec in self.grant.servers.items():
+            parked = unpark(_parking_key(name, spec, self.base_dir))
+            if isinstance(parked, _Session):
+                self._sessions[name] = parked
+
+    async def _stop_all(self) -> None:
         sessions, self._sessions = list(self._sessions.values()), {}
-        await asyncio.shield(asyncio.gather(*(s.stop() for s in sessions)))
+        await asyncio.gather(*(s.stop() for s in sessions))
 
     async def call(
         self, server: str, tool: str, arguments: dict[str, Any]
@@ -322,6 +372,11 @@ class Servers:
             StepFailed: the server could not start, or died or broke off during the call
                 (its next call starts it again).
         """
+        return await on_home(self._call(server, tool, arguments))
+
+    async def _call(
+        self, server: str, tool: str, arguments: dict[str, Any]
+    ) -> mcp_types.CallToolResult:
         current = self._sessions.get(server)
         if current is None or current.task.done():
             current = _Session(server, self.grant.servers[server], self.base_dir)

@@ -9,7 +9,9 @@ gates it, and `destructiveHint: true` is said in the gate. `idempotentHint: true
 idempotent: a resumed run makes such a call again when it was in flight at a crash.
 
 During a run the family's scope (`_mcp_servers.Servers`) connects to a server on its first
-call and stops it, with its whole process tree, when the run ends. Stdio servers run
+call and stops it, with its whole process tree, when the run ends; under a hold
+(`Registry.keep_discovered`, which the `planloom` command holds) the server its listing
+started is kept for the run instead of being started again (`_mcp_home`). Stdio servers run
 confined as `shell.run` children are (namespaces, Landlock: writes only under the server's
 `cwd`, no TCP unless `network: true`; pids cgroup, rlimits); HTTP servers pass the address
 checks of `http.request`. A call's output is `{content, structured, is_error}`; a result
@@ -28,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel
 
+from capabilities._mcp_home import holding
 from capabilities._mcp_models import (
     FAMILY,
     MAX_NESTING,
@@ -64,7 +67,7 @@ def register(registry: Registry) -> None:
             "tools of MCP servers (stdio programs, confined; streamable HTTP)",
             McpGrant,
             confinement_report,
-            discovery=Discovery(_listing, _bind),
+            discovery=Discovery(_listing, _bind, hold=holding),
             scope=_scope,
             portable=False,  # calls go through this run's sessions with its servers
         )

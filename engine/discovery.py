@@ -10,6 +10,12 @@ the bound registry. Listings are cached per grant, so a plan is discovered once 
 Where a listing comes from is the registry's `Listings`: live (`LiveListings`, the family
 asks its servers) or a cassette (`Tape.listings`), which serves recorded listings in a
 replay, so a replay starts no server.
+
+A live listing starts what it asks (a server), and the run that follows validation needs it
+again. While `Registry.keep_discovered()` is open (the `planloom` command holds it for the
+whole command), a family with a `hold` keeps what its listings started for that run to
+take over, instead of stopping it and starting it again; what no run took is stopped when
+it closes.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import asyncio
 import json
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar
@@ -94,10 +101,15 @@ class Discovery:
         listing: asks the live world (starts the servers, lists their tools) and returns
             JSON; raises `DiscoveryFailed` naming each part of the grant that failed.
         bind: builds the actions from a listing (live or recorded); starts nothing.
+        hold: optional; while the context it makes is open, what `listing` started is
+            kept for the family's run scope to take over (one start of a server serves
+            validation and the run); what no run took is stopped when it closes. Without
+            it, or outside it, `listing` stops what it started.
     """
 
     listing: Callable[[BaseModel, Path], Awaitable[Listing]]
     bind: Callable[[BaseModel, Path, Listing], Bound]
+    hold: Callable[[], AbstractContextManager[None]] | None = None
 
 
 class Listings(Protocol):

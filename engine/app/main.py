@@ -85,7 +85,8 @@ def _main(argv: Sequence[str] | None) -> int:
             registry = build_registry(args.plugin)
         # Everything imported so far lives for the whole command: keep the cyclic collector
         # from rescanning it on every collection (nor at exit, when the process ends).
-        with heap_frozen(until_exit=argv is None):
+        # A server started to list its tools at validation serves the run's calls too.
+        with heap_frozen(until_exit=argv is None), registry.keep_discovered():
             return command(args, registry)
     except ConfigurationError as exc:
         sys.stderr.write(f"planloom: error: {exc}\n")

@@ -1,0 +1,92 @@
+"""A stdio MCP server is started once per `planloom run`: the server started to list its
+tools at validation serves the run's calls too, instead of a second start (each start of a
+Python MCP server costs about a second). The server (`tests/mcp_servers/counting_server.py`)
+appends a line to `starts.log` each time it starts; no server outlives the command.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import uuid
+from pathlib import Path
+
+from _procs import gone, pids_with, planloom
+
+SERVER = Path(__file__).parent / "mcp_servers" / "counting_server.py"
+
+RECIPE = """\
+version: 1
+name: count-starts
+capabilities:
+  mcp:
+    servers:
+      counting:
+        command: [python3, servers/counting_server.py, MARKER]
+        cwd: .
+        tools: [echo]
+steps:
+  - id: say
+    tool: mcp.counting.echo
+    params: {text: hello}
+  - id: again
+    tool: mcp.counting.echo
+    params: {text: "${{ steps.say.output.content[0].text }} again"}
+  - id: never
+    when: ${{ false }}
+    tool: mcp.counting.echo
+    params: {text: unused}
+outputs:
+  said: ${{ steps.again.output.content[0].text }}
+"""
+
+
+def project(tmp_path: Path) -> tuple[Path, str]:
+    """A recipe folder with the counting server; the marker on the server's command line."""
+    marker = f"mcp-count-{uuid.uuid4().hex}"
+    (tmp_path / "servers").mkdir()
+    shutil.copy(SERVER, tmp_path / "servers" / SERVER.name)
+    (tmp_path / "r.yaml").write_text(RECIPE.replace("MARKER", marker))
+    return tmp_path, marker
+
+
+def starts(folder: Path) -> int:
+    log = folder / "starts.log"
+    return len(log.read_text().splitlines()) if log.exists() else 0
+
+
+def test_a_run_starts_its_stdio_server_once(tmp_path: Path) -> None:
+    folder, marker = project(tmp_path)
+
+    proc = planloom("run", "r.yaml", "--json", cwd=folder)
+
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    result = json.loads(proc.stdout)
+    assert result["outputs"] == {"said": "hello again"}
+    assert result["steps"]["never"]["status"] == "skipped"
+    assert starts(folder) == 1, "the server was started again after its tools were listed"
+    assert gone(lambda: pids_with(marker), within=5), "the server outlived the run"
+
+
+def test_validate_starts_the_server_once_and_leaves_none_running(tmp_path: Path) -> None:
+    folder, marker = project(tmp_path)
+
+    proc = planloom("validate", "r.yaml", cwd=folder)
+
+    assert proc.returncode == 0, proc.stderr
+    assert starts(folder) == 1
+    assert gone(lambda: pids_with(marker), within=5), "a listed server outlived validate"
+
+
+def test_a_run_with_an_invalid_step_stops_the_listed_server(tmp_path: Path) -> None:
+    folder, marker = project(tmp_path)
+    text = (folder / "r.yaml").read_text().replace("{text: unused}", "{txt: unused}")
+    (folder / "r.yaml").write_text(text)
+
+    proc = planloom("run", "r.yaml", cwd=folder)
+
+    assert proc.returncode == 2, proc.stderr
+    assert "txt" in proc.stderr
+    assert starts(folder) == 1
+    assert gone(lambda: pids_with(marker), within=5), "a listed server outlived the command"
