@@ -215,7 +215,10 @@ class Executor:
 
     async def _run(self) -> RunResult:
         started = time.monotonic()
-        self.events.emit("run.started", plan=self.plan.name)
+        # Kept steps (a resumed run's, a replan's) end here with no events of their own:
+        # the run's start names them, so a subscriber counting ended steps counts them too.
+        kept: dict[str, Any] = {"kept": list(self.preloaded)} if self.preloaded else {}
+        self.events.emit("run.started", plan=self.plan.name, **kept)
         for step_id, result in self.preloaded.items():
             self._finish(step_id, result.model_copy(), emit=False)
         deadline = started + self.plan.limits.max_duration

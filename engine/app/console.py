@@ -82,6 +82,8 @@ class LiveProgress:
             self.live.start()
 
     def __call__(self, event: Event) -> None:
+        if event.kind == "run.started":  # the steps kept from before ended already
+            self.done += len(event.data.get("kept", ()))
         if event.step_id is None:
             return
         if event.kind == "step.started":
