@@ -8,9 +8,10 @@ and declares its params model, its result model and whether a call has side effe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -236,6 +237,18 @@ class Registry:
 
     def get(self, name: str) -> Action[Any] | None:
         return self.actions.get(name)
+
+    @contextlib.contextmanager
+    def keep_discovered(self) -> Iterator[None]:
+        """While open, what discovering families start to list their actions (the `mcp`
+        family: its servers) is kept for the run that follows, which takes it over instead
+        of starting it again; what no run took is stopped when this closes. For code that
+        validates and then runs, as the `planloom` command does (`Discovery.hold`)."""
+        with contextlib.ExitStack() as holds:
+            for family in self.families.values():
+                if family.discovery is not None and family.discovery.hold is not None:
+                    holds.enter_context(family.discovery.hold())
+            yield
 
     def with_listings(self, listings: Listings) -> Registry:
         """This registry with listings from `listings` (a cassette's), nothing bound yet."""
