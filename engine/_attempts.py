@@ -105,16 +105,20 @@ class Attempts:
                 output=[o[1] for o in outcomes],
                 error=error + more,
                 attempts=tally.attempts,
+                items=len(items),
             )
         errors = [f"item {i}: {o[2]}" for i, o in enumerate(outcomes) if o[2]]
         if outcomes and all(o[0] == "skipped" for o in outcomes):  # --dry-run
-            return StepResult(status="skipped", error=errors[0], attempts=tally.attempts)
+            return StepResult(
+                status="skipped", error=errors[0], attempts=tally.attempts, items=len(items)
+            )
         status = "fallback" if any(o[0] == "fallback" for o in outcomes) else "succeeded"
         return StepResult(
             status=status,
             output=[o[1] for o in outcomes],
             error="; ".join(errors) or None,
             attempts=tally.attempts,
+            items=len(items),
         )
 
     async def chain(

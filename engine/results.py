@@ -84,7 +84,14 @@ class StepResult(BaseModel):
     status: StepStatus = "pending"
     output: Any = None
     error: str | None = None
-    attempts: int = 0
+    attempts: int = Field(
+        0,
+        description="How many times the step's action ran, retries and the fallback included; "
+        "a `for_each` step's, summed over its items.",
+    )
+    items: int | None = Field(
+        None, description="A `for_each` step: how many items it had; null for other steps."
+    )
     usage: StepUsage = Field(NO_USAGE, description="What this step spent on models and tools.")
     duration: float | None = Field(
         None,

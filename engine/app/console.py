@@ -120,7 +120,7 @@ def print_summary(result: RunResult, stream: IO[str]) -> None:
         table.add_row(  # Text, not str: rich would read "[...]" in an error as markup
             Text(neutralize(step_id)),
             Text(neutralize(step.status), style=_STYLE.get(step.status, "")),
-            str(step.attempts),
+            _tries(step),
             _seconds(step.duration),
             _note(step),
         )
@@ -154,6 +154,14 @@ def print_summary(result: RunResult, stream: IO[str]) -> None:
         Text(f"run {result.status}", style=style),
         Text(f"  ({model}{usage.tool_calls} tool calls)", style="dim"),
     )
+
+
+def _tries(step: StepResult) -> str:
+    """A step's attempts as the summary shows them: `2`; for a `for_each` step, its
+    attempts over all its items, `3 over 3 items` (each item went at its first try)."""
+    if step.items is None:
+        return str(step.attempts)
+    return f"{step.attempts} over {step.items} item{'' if step.items == 1 else 's'}"
 
 
 def _note(step: StepResult) -> Text:
