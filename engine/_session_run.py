@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine._model_events import ModelCallEvents
+from engine._sanitize import cap, neutralize
 from engine._secrets import Secrets
 from engine._threads import DaemonThreadPool
 from engine._yaml import parse_recipe_text
@@ -34,6 +35,12 @@ if TYPE_CHECKING:
 __all__ = ["SessionResult", "SessionRun", "plan_from_text", "run_async"]
 
 _T = TypeVar("_T")
+
+# What a replan says of the failed run, bounded however large the plan or its errors:
+_LINE = 300  # characters of one error or output
+_FAILURES_SHOWN = 5  # failures the person is shown
+_FAILURES_TOLD = 20  # failures the planner is told
+_STEPS_TOLD = 100  # steps whose status the planner is told
 
 
 @dataclass
@@ -157,12 +164,21 @@ class SessionRun:
                 for step_id, step in result.steps.items()
                 if step.status in ("succeeded", "fallback")
             }
-            self.frontend.say(f"replanning after the failure ({len(kept)} steps kept)")
+            secrets = outcome.secrets if outcome.secrets is not None else Secrets()
+            failures = _failures(result, secrets)
+            shown = [f"\n  {neutralize(line)}" for line in failures[:_FAILURES_SHOWN]]
+            if len(failures) > _FAILURES_SHOWN:
+                shown.append(f"\n  (and {len(failures) - _FAILURES_SHOWN} more)")
+            self.frontend.say(
+                f"replanning after the failure ({len(kept)} step{'' if len(kept) == 1 else 's'} "
+                f"kept):{''.join(shown)}"
+            )
             keep = [
                 s.model_dump(by_alias=True, exclude_unset=True) for s in plan.steps if s.id in kept
             ]
             try:
-                replanned = await self._plan(client, context=_replan_context(result), keep=keep)
+                context = _replan_context(result, secrets)
+                replanned = await self._plan(client, context=context, keep=keep)
             except StepError as exc:  # keep the failed run's result, say why it stands
                 self.frontend.say(f"replanning failed: {exc.message}")
                 result.errors.append(f"replanning failed: {exc.message}")
@@ -304,18 +320,48 @@ def _spent(client: LLMClient) -> Usage:
     )
 
 
-def _replan_context(result: RunResult) -> str:
-    """What the planner is told after a failure: what ran, what it gave, what failed."""
+def _failures(result: RunResult, secrets: Secrets) -> list[str]:
+    """What made a run fail, a line each, redacted and bounded: each step that ended
+    `failed` or `denied`, with its error, then the run's own errors (an output that could
+    not be made, the run's time running out)."""
     lines = [
-        "The previous plan failed. Steps marked succeeded keep their outputs and must not be "
-        "repeated (read them as ${{ steps.ID.output }}); plan the rest again.",
+        f"step '{step_id}' {step.status}: {_bounded(step.error or '(no error message)', secrets)}"
+        for step_id, step in result.steps.items()
+        if step.status in ("failed", "denied")
     ]
-    for step_id, step in result.steps.items():
+    return lines + [_bounded(error, secrets) for error in result.errors]
+
+
+def _bounded(text: str, secrets: Secrets) -> str:
+    """`text` redacted, on one line, then cut (after redacting: a secret cut in two would
+    no longer be found)."""
+    return cap(" ".join(secrets.redact(text).splitlines()), _LINE)[0]
+
+
+def _replan_context(result: RunResult, secrets: Secrets) -> str:
+    """What the planner is told after a failure: what failed, then what ran and what it
+    gave; redacted, and bounded however large the plan."""
+    failures = _failures(result, secrets)
+    lines = [
+        "The previous plan failed:",
+        *(f"- {line}" for line in failures[:_FAILURES_TOLD]),
+        *(
+            [f"- (and {len(failures) - _FAILURES_TOLD} more)"]
+            if len(failures) > _FAILURES_TOLD
+            else []
+        ),
+        "Steps marked succeeded keep their outputs and must not be repeated (read them as "
+        "${{ steps.ID.output }}); plan the rest again. The steps of the previous plan:",
+    ]
+    for number, (step_id, step) in enumerate(result.steps.items()):
+        if number == _STEPS_TOLD:
+            lines.append(f"- (and {len(result.steps) - _STEPS_TOLD} more steps)")
+            break
         line = f"- {step_id}: {step.status}"
         if step.status in ("succeeded", "fallback"):
-            line += f"; output: {json.dumps(step.output, default=repr)[:300]}"
-        elif step.error:
-            line += f"; error: {step.error[:300]}"
+            line += f"; output: {_bounded(json.dumps(step.output, default=repr), secrets)}"
+        elif step.error and step.status not in ("failed", "denied"):  # those are above
+            line += f"; error: {_bounded(step.error, secrets)}"
         lines.append(line)
     return "\n".join(lines)
 

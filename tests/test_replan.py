@@ -88,7 +88,7 @@ def test_replan_keeps_what_succeeded_and_finishes(tmp_path: Path) -> None:
     with FakeOpenAIServer(scripted) as server:
         done = plan_cli(tmp_path, server.base_url, "--log-file", "run.jsonl")
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "replanning after the failure (1 steps kept)" in done.stderr
+    assert "replanning after the failure (1 step kept)" in done.stderr
     result = json.loads(done.stdout)
     assert result["status"] == "succeeded"
     statuses = {k: v["status"] for k, v in result["steps"].items()}
