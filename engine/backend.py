@@ -90,9 +90,10 @@ class Outcome:
         if self.error is None:
             return self.result
         if self.error == CapabilityDenied.__name__:
+            # the worker's text as it worded it (a params mismatch is not "denied by rule")
             rule = self.rule or "worker"
             message = self.message.removeprefix(f"denied by rule {rule}: ")
-            raise CapabilityDenied(message, rule=rule, step_id=step_id)
+            raise CapabilityDenied(message, rule=rule, step_id=step_id, text=self.message)
         raise _ERRORS.get(self.error, StepFailed)(self.message, step_id=step_id)
 
 
@@ -146,10 +147,8 @@ async def run_remote(call: RemoteCall, registry: Registry) -> Outcome:
         try:
             model = action.params_model.model_validate(call.params)
         except ValidationError as exc:
-            raise CapabilityDenied(
-                f"bad params for {call.action}: {validation_problems(exc, root='params')}",
-                rule="params-schema",
-            ) from None
+            problems = validation_problems(exc, prefix=("params",), root="params")
+            raise CapabilityDenied.bad_params(call.action, problems) from None
         ctx = CallContext(
             grant=grant,
             base_dir=Path(call.base_dir),

@@ -145,10 +145,28 @@ class CapabilityDenied(StepError):
     param: tuple[str | int, ...] | None = None
     """The param the rule refused (`("argv", 0)`), when one did: where validation points."""
 
-    def __init__(self, message: str, *, rule: str, step_id: str | None = None) -> None:
-        super().__init__(f"denied by rule {rule}: {message}", step_id=step_id)
+    def __init__(
+        self, message: str, *, rule: str, step_id: str | None = None, text: str | None = None
+    ) -> None:
+        """`text`: the whole error text, for a refusal that is not the grant's decision
+        (see `bad_params`); by default `denied by rule RULE: MESSAGE`."""
+        super().__init__(text or f"denied by rule {rule}: {message}", step_id=step_id)
         self.rule = rule
         self.reason = message
+
+    @classmethod
+    def bad_params(
+        cls, action: str, problems: str, *, step_id: str | None = None
+    ) -> CapabilityDenied:
+        """The refusal of a call whose params do not fit its action's params model (rule
+        `params-schema`): a type error in the plan (a template that gave a number where
+        the action takes a string), worded as one, not as something a grant forbids."""
+        return cls(
+            f"{action}: {problems}",
+            rule="params-schema",
+            step_id=step_id,
+            text=f"params do not match the schema of {action} (rule params-schema): {problems}",
+        )
 
 
 class ApprovalDenied(StepError):

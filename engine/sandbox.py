@@ -367,12 +367,8 @@ class Sandbox:
         try:
             model = action.params_model.model_validate(params)
         except ValidationError as exc:
-            problems = validation_problems(exc, root="params")
-            raise CapabilityDenied(
-                f"bad params for {name}: {problems}",
-                rule="params-schema",
-                step_id=step_id,
-            ) from None
+            problems = validation_problems(exc, prefix=("params",), root="params")
+            raise CapabilityDenied.bad_params(name, problems, step_id=step_id) from None
         return action, grant, model
 
     def _family_slots(self, family_name: str, *, remote: bool) -> asyncio.Semaphore | None:

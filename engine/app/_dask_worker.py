@@ -13,7 +13,7 @@ from collections.abc import Sequence
 
 from engine.backend import Outcome, RemoteCall, run_remote
 from engine.capability import Registry
-from engine.errors import ConfigurationError, OutcomeUnknown
+from engine.errors import CapabilityDenied, ConfigurationError, OutcomeUnknown
 
 __all__ = ["make_call", "started_marker"]
 
@@ -32,10 +32,10 @@ def make_call(call: RemoteCall, plugins: Sequence[str]) -> Outcome:
     try:
         registry = _registry(tuple(plugins))
     except ConfigurationError as exc:
-        return Outcome(
-            error="CapabilityDenied",
-            message=f"the worker cannot build planloom's registry: {exc}",
-            rule="worker-registry",
+        return Outcome.failed(
+            CapabilityDenied(
+                f"the worker cannot build planloom's registry: {exc}", rule="worker-registry"
+            )
         )
     if call.once and _made_before(call.key):
         return Outcome.failed(
