@@ -1,7 +1,7 @@
 """Checking what templates read of steps' outputs against what the actions declare: a field
 an output cannot have (`steps.a.output.contents` where `fs.read` gives `content`), and a
 param whose whole value is a read of a type the param cannot take (a number where a string
-is required).
+is required), of a step's output or of an input (`${{ inputs.n }}` of an integer input).
 
 What a step outputs is known when its action declares a result model (`Action.result_model`,
 which may describe a field by a JSON Schema, as an MCP tool's `outputSchema`) or its agent
@@ -9,6 +9,8 @@ an `output_schema`; a fallback's output counts too (the output is the step's own
 fallback's), and a `for_each` step outputs a list, one per item. Anything else is not
 checked (`engine._validation_shapes.OPEN`). A template that tests what it reads (`is
 defined`, `| default(...)`, any `is` test) is not checked either: it may mean to probe.
+An input is of its declared type (`-i` values are parsed by it), or null when its
+default is null.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import functools
 import re
 import typing
-from collections.abc import Iterable, Sequence, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from pydantic import BaseModel, BeforeValidator, PlainValidator, WrapValidator
@@ -35,7 +37,7 @@ from engine._validation_shapes import (
 )
 from engine.capability import Registry
 from engine.diagnostics import NodePath, did_you_mean
-from engine.model import AgentSpec, FallbackAction, Step
+from engine.model import AgentSpec, FallbackAction, InputSpec, Step
 from engine.templating import Reference, Template
 
 __all__ = ["Outputs"]
@@ -63,11 +65,18 @@ class Outputs:
     Args:
         steps: every step of the plan, `finally` steps included.
         registry: the bound registry (with the tools families discovered).
+        inputs: the plan's declared inputs, whose types templates read.
     """
 
-    def __init__(self, steps: Sequence[Step], registry: Registry) -> None:
+    def __init__(
+        self,
+        steps: Sequence[Step],
+        registry: Registry,
+        inputs: Mapping[str, InputSpec] | None = None,
+    ) -> None:
         self._steps = steps
         self._registry = registry
+        self._inputs = inputs or {}
         self._by_id: dict[str, Step | None] | None = None
         self._shapes: dict[str, Shape] = {}
         self._tools: dict[str | None, Shape] = {}
@@ -104,9 +113,9 @@ class Outputs:
         visible: Set[str],
     ) -> None:
         """Report a param whose whole value is one read of a step's output (`"${{
-        steps.a.output.size }}"`) of a type the param cannot take. `sub` is the template's
-        path in the step (a param's: `("params", ...)`, `("fallback", "params", ...)`);
-        `visible` the steps it may read."""
+        steps.a.output.size }}"`) or of an input (`"${{ inputs.n }}"`) of a type the param
+        cannot take. `sub` is the template's path in the step (a param's: `("params", ...)`,
+        `("fallback", "params", ...)`); `visible` the steps it may read."""
         if sub[0] == "params":
             tool = step.tool
         elif sub[:2] == ("fallback", "params") and isinstance(step.fallback, FallbackAction):
@@ -122,10 +131,13 @@ class Outputs:
         if not accepted or template.expression is None:
             return
         ref = template.references[0]
-        if len(ref) < 3 or ref[0] != "steps" or ref[2] != "output" or ref[1] not in visible:
+        if len(ref) >= 3 and ref[0] == "steps" and ref[2] == "output" and ref[1] in visible:
+            shape, parts = self.shape(str(ref[1])), ref[3:]
+        elif len(ref) >= 2 and ref[0] == "inputs" and ref[1] in self._inputs:
+            shape, parts = _input_shape(self._inputs[str(ref[1])]), ref[2:]
+        else:
             return
-        shape = self.shape(str(ref[1]))
-        for part in ref[3:]:
+        for part in parts:
             found = OPEN if shape is OPEN else shape.read(part)
             if not isinstance(found, Shape):
                 return  # reported as a missing field, or reading null
@@ -137,11 +149,14 @@ class Outputs:
         expression = template.expression.strip()
         what = " or ".join(_KIND_NAMES[kind] for kind in sorted(kinds))
         fix = "tojson" if kinds & {"array", "object"} else "string"
+        hint = f'convert it: "${{{{ {expression} | {fix} }}}}"'
+        if ref[0] == "inputs" and len(ref) == 2:
+            hint += f", or declare input '{ref[1]}' with type: string"
         report(
             (*path, *sub),
             "bad-params",
             f"{tool} param '{dotted(at)}' takes a string, but {expression} is {what}",
-            f'convert it: "${{{{ {expression} | {fix} }}}}"',
+            hint,
         )
 
     def _param_kinds(self, tool: str | None, sub: NodePath) -> frozenset[Kind]:
@@ -220,6 +235,15 @@ class Outputs:
         if isinstance(step.fallback, FallbackAction):
             makers.append(step.fallback.tool or "the fallback's agent")
         return " or ".join(dict.fromkeys(makers))
+
+
+def _input_shape(spec: InputSpec) -> Shape:
+    """What `inputs.NAME` holds: a value of the input's type (an `-i` value is parsed by
+    it, a Python value checked against it), or null when its default is null."""
+    kinds: list[str] = [spec.type]
+    if not spec.required and spec.default is None:
+        kinds.append("null")
+    return schema_shape({"type": kinds})
 
 
 def _probes(source: str) -> bool:

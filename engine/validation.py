@@ -130,6 +130,8 @@ class _Checker:
         head = {k: v for k, v in data.items() if k not in SECTIONS}
         top = self._model(Plan, head, ()) or _salvage(head)
         steps: list[tuple[NodePath, Step]] = []
+        # steps whose other fields are broken, kept to check their actions and params
+        partial: list[tuple[NodePath, Step]] = []
         self.raw_ids = {
             section: {
                 raw["id"]
@@ -147,12 +149,15 @@ class _Checker:
                 report((section,), "bad-type", f"'{section}' must be a list of steps")
                 continue
             for index, raw in enumerate(raw_steps):
-                step = self._model(Step, raw, (section, index))
-                if isinstance(step, Step):
-                    steps.append(((section, index), step))
+                try:
+                    steps.append(((section, index), Step.model_validate(raw)))
+                except ValidationError as exc:
+                    report_model_errors(report, exc, raw, (section, index))
+                    if (salvaged := _salvage_step(raw, exc)) is not None:
+                        partial.append(((section, index), salvaged))
         if not isinstance(top, Plan):
             return None
-        self._semantics(top, data, steps)
+        self._semantics(top, data, steps, partial)
         if report:
             return None
         main = [s for p, s in steps if p[0] == "steps"]
@@ -169,7 +174,11 @@ class _Checker:
     # -- meaning -------------------------------------------------------------------------
 
     def _semantics(
-        self, plan: Plan, data: dict[str, Any], steps: list[tuple[NodePath, Step]]
+        self,
+        plan: Plan,
+        data: dict[str, Any],
+        steps: list[tuple[NodePath, Step]],
+        partial: list[tuple[NodePath, Step]],
     ) -> None:
         report = self.report
         self._inputs(plan)
@@ -190,34 +199,13 @@ class _Checker:
         final_ids = self.raw_ids.get("finally", set()) | {
             s.id for p, s in steps if p[0] == "finally"
         }
-        outputs = Outputs([step for _, step in steps], registry)
+        outputs = Outputs([step for _, step in steps], registry, plan.inputs)
         admission = Admission(registry, plan, granted, self.base_dir)
+        for path, step in partial:
+            self._actions(path, step, registry, granted, unavailable, admission)
         for path, step in steps:
-            check_action(
-                report,
-                registry,
-                path,
-                step.tool,
-                step.params,
-                granted,
-                step.agent,
-                unavailable,
-                admission,
-            )
+            self._actions(path, step, registry, granted, unavailable, admission)
             check_step_shape(report, path, step)
-            if isinstance(step.fallback, FallbackAction):
-                fb = step.fallback
-                check_action(
-                    report,
-                    registry,
-                    (*path, "fallback"),
-                    fb.tool,
-                    fb.params,
-                    granted,
-                    fb.agent,
-                    unavailable,
-                    admission,
-                )
             visible = main_ids if path[0] == "steps" else main_ids | final_ids
             later = final_ids if path[0] == "steps" else set()
             check_depends_on(report, path, step, visible, later)
@@ -226,6 +214,41 @@ class _Checker:
             section_steps = [(p, s) for p, s in steps if p[0] == section]
             check_cycles(report, section_steps, ids)
         check_outputs(report, plan, main_ids | final_ids, outputs)
+
+    def _actions(
+        self,
+        path: NodePath,
+        step: Step,
+        registry: Registry,
+        granted: set[str],
+        unavailable: set[str],
+        admission: Admission,
+    ) -> None:
+        """Check the tool (or agent's tools) of `step` and of its fallback, and params."""
+        check_action(
+            self.report,
+            registry,
+            path,
+            step.tool,
+            step.params,
+            granted,
+            step.agent,
+            unavailable,
+            admission,
+        )
+        if isinstance(step.fallback, FallbackAction):
+            fb = step.fallback
+            check_action(
+                self.report,
+                registry,
+                (*path, "fallback"),
+                fb.tool,
+                fb.params,
+                granted,
+                fb.agent,
+                unavailable,
+                admission,
+            )
 
     def _family_limits(self, plan: Plan) -> None:
         """`limits.per_family` names granted families: a limit on anything else is a typo
@@ -268,6 +291,30 @@ class _Checker:
                     "bad-default",
                     f"default {spec.default!r} of input '{name}' is not one of its enum",
                 )
+
+
+_ACTION_FIELDS = frozenset({"tool", "agent", "params"})
+
+
+def _salvage_step(raw: Any, exc: ValidationError) -> Step | None:
+    """The step with its broken fields left out (already reported), so that its action
+    and params are still checked, as an editor checks each field on its own: a bad
+    `retry` must not hide a bad param. None when what is broken is the action itself,
+    or the step as a whole (both `tool` and `agent`)."""
+    if not isinstance(raw, dict):
+        return None
+    broken: set[Any] = set()
+    for error in exc.errors(include_url=False):
+        if not error["loc"] or error["loc"][0] in _ACTION_FIELDS:
+            return None
+        broken.add(error["loc"][0])
+    pruned = {key: value for key, value in raw.items() if key not in broken}
+    if "id" in broken:
+        pruned["id"] = "_"  # reported; the action's checks do not read it
+    try:
+        return Step.model_validate(pruned)
+    except ValidationError:
+        return None
 
 
 def _salvage(head: dict[str, Any]) -> Plan | None:

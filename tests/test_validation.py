@@ -1379,6 +1379,7 @@ def test_a_broken_step_does_not_hide_problems_in_other_steps(check: Check) -> No
         (7, 14, "bad-value"),
         (8, 15, "bad-type"),
         (10, 11, "unknown-tool"),
+        (13, 5, "bad-params"),  # a bad id does not hide that its step lacks 'path'
         (13, 9, "bad-id"),
         (17, 20, "bad-reference"),
     ]
