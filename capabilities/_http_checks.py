@@ -3,11 +3,16 @@
 Each hop is checked from scratch: scheme, credentials in the URL, host allow-list, port, and
 every address the host resolves to (public, or in the grant's `private_networks`). The
 checked addresses are the only ones connected to, so a second DNS answer is never used.
+What needs no lookup is checked first, by `check_url`, which `http.request`'s `admit`
+also runs (before the gate, and at validation on a URL the recipe writes): an IP literal
+that is not public, and `localhost`, which names this machine (RFC 6761) whatever the
+resolver says, are refused there.
 """
 
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import httpx2
@@ -15,6 +20,7 @@ import httpx2
 from capabilities._http_models import HttpGrant
 from capabilities._net import (
     IPAddress,
+    IPNetwork,
     Resolver,
     authority_of,
     canonical_host,
@@ -29,6 +35,10 @@ from engine.errors import CapabilityDenied, StepFailed
 __all__ = ["Hop", "check_hop", "deny", "parse", "redirect_target", "same_origin"]
 
 _DEFAULT_PORTS = {"https": 443, "http": 80}
+_LOOPBACK: dict[int, IPNetwork] = {
+    4: ipaddress.IPv4Network("127.0.0.0/8"),
+    6: ipaddress.IPv6Network("::1/128"),
+}
 
 
 @dataclass(frozen=True)
@@ -67,22 +77,43 @@ async def check_hop(url: httpx2.URL, grant: HttpGrant, resolver: Resolver) -> Ho
     addresses = await _resolve(host, port, resolver)
     networks = grant.networks()
     for address in addresses:
-        reason = not_public_reason(address)
-        if reason is not None and permitted_by(address, networks) is None:
-            resolved = "is" if str(address) == host else f"resolved to {address}, which is"
-            prefix = 32 if address.version == 4 else 128
-            raise deny(
-                f"{host!r} {resolved} not a public address ({reason}); to reach it "
-                "deliberately, grant its network with capabilities: http: "
-                f"{{private_networks: ['{address}/{prefix}']}}",
-                "address-not-public",
-            )
+        _check_address(host, address, networks)
     return Hop(url.copy_with(fragment=None), host, port, addresses)
+
+
+def _check_address(host: str, address: IPAddress, networks: Sequence[IPNetwork]) -> None:
+    """Refuse `address` (what `host` is, or resolved to) unless it is public or granted."""
+    reason = not_public_reason(address)
+    if reason is not None and permitted_by(address, networks) is None:
+        resolved = "is" if str(address) == host else f"resolved to {address}, which is"
+        prefix = 32 if address.version == 4 else 128
+        raise deny(
+            f"{host!r} {resolved} not a public address ({reason}); to reach it "
+            "deliberately, grant its network with capabilities: http: "
+            f"{{private_networks: ['{address}/{prefix}']}}",
+            "address-not-public",
+        )
+
+
+def _check_loopback_name(host: str, networks: Sequence[IPNetwork]) -> None:
+    """Refuse `localhost` unless the grant opens a loopback network: the name is this
+    machine's, so where it resolves is never public (RFC 6761, section 6.3)."""
+    if host != "localhost" or any(net.overlaps(_LOOPBACK[net.version]) for net in networks):
+        return
+    raise deny(
+        "'localhost' is this machine, not a public address (loopback); to reach it "
+        "deliberately, grant its networks with capabilities: http: "
+        "{private_networks: ['127.0.0.1/32', '::1/128']}",
+        "address-not-public",
+    )
 
 
 def check_url(url: httpx2.URL, grant: HttpGrant) -> tuple[str, int]:
     """The checks of one hop that need no lookup: scheme, credentials, host and port
     granted. Returns the canonical host and the port.
+
+    An IP literal that is not public, and `localhost`, are refused here unless the
+    grant's `private_networks` hold them: no resolver can make them public.
 
     Raises:
         CapabilityDenied: the grant does not allow the URL.
@@ -119,6 +150,11 @@ def check_url(url: httpx2.URL, grant: HttpGrant) -> tuple[str, int]:
             f"{{ports: {ports}}}",
             "port-not-allowed",
         )
+    literal = literal_address(host)
+    if literal is not None:
+        _check_address(host, literal, grant.networks())
+    else:
+        _check_loopback_name(host, grant.networks())
     return host, port
 
 

@@ -17,7 +17,8 @@ refusal a `CapabilityDenied` whose `rule` names the check:
   one trailing dot stripped);
 - `http.port-not-allowed`: a port missing from `ports`;
 - `http.address-not-public`: a host with any resolved address that is not public, unless
-  the address lies in `private_networks`;
+  the address lies in `private_networks` (an IP literal, and `localhost`, are judged
+  before any lookup, so `planloom validate` reports a URL the recipe writes out);
 - `http.downgrade`: a redirect from `https` to `http`;
 - `http.too-many-redirects`: more than `max_redirects` redirects.
 
@@ -109,8 +110,9 @@ def register(registry: Registry, *, resolver: Resolver | None = None) -> None:
 
 
 def _admit(params: RequestParams, ctx: CallContext) -> None:
-    """The URL's scheme, host and port against the grant, before any gate (at validation,
-    a URL the recipe wrote). Where the host resolves to is checked when the call runs."""
+    """The URL's scheme, host and port against the grant, and the address of an IP
+    literal or `localhost`, before any gate (at validation, a URL the recipe wrote).
+    Where a host name resolves to is checked when the call runs."""
     if ctx.unrendered and ctx.templated(("url",)):
         return
     from capabilities._http_checks import check_url, parse  # see `_exchange`
