@@ -30,6 +30,10 @@ class ArgContext:
         step_id: the calling step, for errors.
         applet: the applet a multi-call binary (`busybox`) is asked to run, if any.
         written: the program as the recipe wrote it (`argv[0]`), for messages.
+        argv: the call's argv as given, so a refusal names the param it refuses
+            (`CapabilityDenied.param`, where validation points).
+        before_run: the call is a recipe's, checked at validation: a file it names may be
+            made by an earlier step, so a file not there yet is not refused.
     """
 
     program: str
@@ -38,6 +42,8 @@ class ArgContext:
     step_id: str | None = None
     applet: str | None = None
     written: str | None = None
+    argv: tuple[str, ...] = ()
+    before_run: bool = False
 
     @property
     def name(self) -> str:
@@ -68,18 +74,22 @@ class ArgContext:
 
     def deny(self, arg: str, why: str) -> CapabilityDenied:
         """The refusal of argument `arg`, `why` saying what it would do."""
-        return self.deny_call(f"argument {show(arg)} {why}")
+        refusal = self.deny_call(f"argument {show(arg)} {why}")
+        refusal.param = self._param(arg)
+        return refusal
 
     def deny_call(self, why: str) -> CapabilityDenied:
         """The refusal of the call as a whole (rule `shell.argument`), with the grant that
         would lift it."""
         grant = self.grant_name
-        return CapabilityDenied(
+        refusal = CapabilityDenied(
             f"{self.label}: {why}; if this recipe really needs it, grant it with "
             f"`capabilities: shell: {{allow: [{grant}], unsafe_args: [{grant}]}}`",
             rule="shell.argument",
             step_id=self.step_id,
         )
+        refusal.param = ("argv", 0)
+        return refusal
 
     def jail(self, path: str, arg: str) -> None:
         """Refuse `path` (from argument `arg`) unless it resolves inside the folder."""
@@ -87,12 +97,22 @@ class ArgContext:
             return
         real = os.path.realpath(os.path.join(self.workdir, path))
         if os.path.commonpath([self.root, real]) != self.root:
-            raise CapabilityDenied(
+            refusal = CapabilityDenied(
                 f"{self.label}: argument {show(arg)} writes to {real}, "
                 f"outside the granted folder {self.root}; write to a path inside it",
                 rule="shell.output-path",
                 step_id=self.step_id,
             )
+            refusal.param = self._param(path, arg)
+            raise refusal
+
+    def _param(self, *args: str) -> tuple[str | int, ...]:
+        """Where the first of `args` found in `argv` is in the params (the path an option
+        takes, else the option), else the whole `argv`."""
+        for arg in args:
+            if arg in self.argv[1:]:
+                return ("argv", self.argv.index(arg, 1))
+        return ("argv",)
 
 
 def show(arg: str) -> str:

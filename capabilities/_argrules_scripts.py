@@ -174,6 +174,8 @@ def _check_script_file(path: str, ctx: ArgContext) -> None:
     try:
         info = os.stat(real)
     except OSError as exc:
+        if ctx.before_run:
+            return  # an earlier step may make it
         raise ctx.deny(
             path,
             f"is the script, and it cannot be read ({exc.strerror or exc}); give the path "

@@ -123,8 +123,9 @@ def register(registry: Registry) -> None:
 
 def admit(params: ShellParams, ctx: CallContext) -> None:
     """The grant's rules for a call: the folder, the program, its arguments and the
-    environment, as `run` checks them. On a recipe's unrendered params (validation), the
-    program only, when the recipe names it.
+    environment, as `run` checks them. On a recipe's unrendered params (validation), what
+    the recipe writes out: the program it names, and the folder and arguments of a call
+    it writes out whole.
 
     Raises:
         CapabilityDenied: as `run` does, before it starts anything.
@@ -136,28 +137,58 @@ def admit(params: ShellParams, ctx: CallContext) -> None:
 
 
 def _admit_written(params: ShellParams, ctx: CallContext) -> None:
-    """The program a recipe names in `argv[0]`, checked against `allow` when it can be
-    known now: a program or folder an earlier step makes may not exist yet."""
+    """The rules a recipe's own params can be held to before the run: the program it
+    names in `argv[0]` against `allow`, and, when no template gives `cwd` or an argument,
+    the folder and the arguments, as `run` checks them. What an earlier step may make
+    (the folder, a program, a script) is not refused for not being there yet."""
     grant = _grant(ctx)
     root = os.path.realpath(os.path.join(ctx.base_dir, grant.cwd))
-    name = params.argv[0]
-    if not os.path.isdir(root) or ctx.templated(("argv", 0)) or name in grant.allow:
+    if not os.path.isdir(root) or ctx.templated(("argv", 0)):
         return
-    if "/" in name and (params.cwd is None or not ctx.templated(("cwd",))):
-        workdir = workdir_of(root, params.cwd, ctx)
-    elif "/" in name:
-        return  # relative to a folder known at run time
-    else:
-        workdir = root  # looked up on the safe PATH
+    workdir = None  # known only at run time: templated, or not made yet
+    if params.cwd is None or not ctx.templated(("cwd",)):
+        try:
+            workdir = workdir_of(root, params.cwd, ctx)
+        except CapabilityDenied as exc:
+            exc.param = ("cwd",)
+            raise
+        except StepFailed:
+            pass
+    program = _written_program(params.argv[0], root, workdir, grant, ctx)
+    argv = params.argv
+    if (
+        program is None
+        or workdir is None
+        or any(ctx.templated(("argv", i)) for i in range(1, len(argv)))
+    ):
+        return
+    _checked_argv(argv, program, root, workdir, grant, ctx)
+
+
+def _written_program(
+    name: str, root: str, workdir: str | None, grant: ShellGrant, ctx: CallContext
+) -> str | None:
+    """The real path of the allowed program `name`, or None when that is not known yet
+    (a path relative to a folder known at run time, or a program an earlier step makes).
+
+    Raises:
+        CapabilityDenied: the program is certainly not allowed (rule `shell.not-allowed`).
+    """
+    if "/" in name and workdir is None:
+        return None
+    base = workdir if workdir is not None else root  # a bare name: the safe PATH
     allowed = [real_program(entry, root) for entry in grant.allow]
-    real = real_program(name, workdir)
-    if real in allowed or (real is None and None in allowed):
-        return  # allowed, or maybe the allowed program an earlier step makes
+    real = real_program(name, base)
+    if real is not None and real in allowed:
+        return real
+    if name in grant.allow or (real is None and None in allowed):
+        return None  # maybe the allowed program an earlier step makes
     try:
-        resolve_program(name, workdir, root, grant, ctx)  # the run's own refusal
+        resolve_program(name, base, root, grant, ctx)  # the run's own refusal
     except CapabilityDenied as exc:
         exc.param = ("argv", 0)
         raise
+    return None
 
 
 def _grant(ctx: CallContext) -> ShellGrant:
@@ -276,7 +307,15 @@ def _checked_argv(
         runs_scripts,
     )
 
-    rules = ArgContext(program, root, workdir, ctx.step_id, written=argv[0])
+    rules = ArgContext(
+        program,
+        root,
+        workdir,
+        ctx.step_id,
+        written=argv[0],
+        argv=tuple(argv),
+        before_run=ctx.unrendered,
+    )
     unsafe = {real for entry in grant.unsafe_args if (real := real_program(entry, root))}
     if grant.end_of_options:
         args = ["--", *argv[1:]]

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import run_json
+from _procs import planloom
 
 from capabilities import shell
 from capabilities.shell import ShellGrant, ShellParams, ShellResult
@@ -258,11 +258,12 @@ def test_cli_exec_escapes_are_denied(tmp_path: Path, program: str, argv: list[st
             """
         )
     )
-    result = run_json(recipe, tmp_path)[1]
-    step = result["steps"]["escape"]
-    assert step["status"] in ("denied", "failed"), step
-    assert "shell.argument" in step["error"]
-    assert f"unsafe_args: [{argv[0]}]" in step["error"]  # the name the recipe wrote
+    # The recipe writes the call out, so it is refused before anything runs
+    proc = planloom("run", recipe, "--yes", cwd=tmp_path)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "recipe.yaml:8:" in proc.stderr, proc.stderr  # at the argument in params
+    assert "error[shell.argument]" in proc.stderr
+    assert f"unsafe_args: [{argv[0]}]" in proc.stderr  # the name the recipe wrote
     assert not (tmp_path / "pwned").exists()
 
 

@@ -529,6 +529,7 @@ _TEXT = st.text(
     max_size=30,
 ).filter(lambda s: "${{" not in s)
 
+_WORD = st.from_regex(r"[a-z0-9_]{1,12}", fullmatch=True)
 _PATH = st.from_regex(r"[a-z0-9_]{1,8}(/[a-z0-9_ ]{1,8}){0,2}\.txt", fullmatch=True)
 
 
@@ -566,7 +567,14 @@ def _recipes(draw: st.DrawFn) -> dict[str, Any]:
     def step(index: int, earlier: list[str], *, final: bool) -> dict[str, Any]:
         sid = f"{'f' if final else 's'}{index}"
         refs = [f"${{{{ steps.{e}.output | tojson }}}}" for e in earlier]
-        refs += [f"${{{{ inputs.{name} }}}}" for name in inputs]
+        # Every param here takes a string: a whole read of another type is a validation
+        # error now, so those are converted
+        refs += [
+            f"${{{{ inputs.{name} }}}}"
+            if spec["type"] == "string"
+            else f"${{{{ inputs.{name} | tojson }}}}"
+            for name, spec in inputs.items()
+        ]
         if final:
             refs.append("${{ run.status }}")
         value = st.one_of(_TEXT, st.sampled_from(refs)) if refs else _TEXT
@@ -581,7 +589,9 @@ def _recipes(draw: st.DrawFn) -> dict[str, Any]:
             if draw(st.booleans()):
                 params["create_dirs"] = draw(st.booleans())
         else:
-            params = {"argv": ["git", *draw(st.lists(value, max_size=3))]}
+            # Arguments git's rules allow: one they refuse is a validation error now
+            arg = st.one_of(_WORD, st.sampled_from(refs)) if refs else _WORD
+            params = {"argv": ["git", "log", *draw(st.lists(arg, max_size=3))]}
             if draw(st.booleans()):
                 params["check"] = draw(st.booleans())
         result: dict[str, Any] = {"id": sid, "tool": tool, "params": params}

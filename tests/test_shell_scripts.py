@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import run_json
+from _procs import planloom, run_json
 
 from capabilities._programs import lookup
 
@@ -50,9 +50,9 @@ def jail(tmp_path: Path) -> Path:
     return root
 
 
-def _run(tmp_path: Path, grant: str, steps: dict[str, list[str]]) -> dict[str, Any]:
-    """`planloom run --yes --json` on a recipe of independent `shell.run` steps, one per
-    entry of `steps` (id -> argv); the steps' results by id."""
+def _recipe(grant: str, steps: dict[str, list[str]]) -> str:
+    """A recipe of independent `shell.run` steps, one per entry of `steps` (id -> argv),
+    each three lines long, the first at line 6."""
     lines = [
         "version: 1",
         "name: scripts",
@@ -66,25 +66,52 @@ def _run(tmp_path: Path, grant: str, steps: dict[str, list[str]]) -> dict[str, A
             "    tool: shell.run",
             f"    params: {{argv: {json.dumps(argv)}}}",
         ]
+    return "\n".join(lines) + "\n"
+
+
+def _run(tmp_path: Path, grant: str, steps: dict[str, list[str]]) -> dict[str, Any]:
+    """The steps' results by id, for a recipe of `steps` (see `_recipe`).
+
+    A call the recipe writes out that the grant's rules refuse is refused before anything
+    runs, by `planloom validate`: such a step's result is `{"status": "invalid", "error":
+    "error[RULE]: MESSAGE"}`, from the problem validation reports at its argv. The other
+    steps run, with `planloom run --yes --json`.
+    """
     recipe = tmp_path / "recipe.yaml"
-    recipe.write_text("\n".join(lines) + "\n")
-    result: dict[str, Any] = run_json(recipe, tmp_path)[1]["steps"]
+    recipe.write_text(_recipe(grant, steps))
+    checked = planloom("validate", recipe, "--json", cwd=tmp_path)
+    assert checked.returncode in (0, 2), checked.stderr
+    ids = list(steps)
+    result: dict[str, Any] = {}
+    for problem in json.loads(checked.stdout) if checked.returncode else []:
+        step_id = ids[(problem["line"] - 6) // 3]
+        assert step_id not in result, (step_id, problem)
+        result[step_id] = {
+            "status": "invalid",
+            "error": f"error[{problem['rule']}]: {problem['message']}",
+        }
+    left = {step_id: argv for step_id, argv in steps.items() if step_id not in result}
+    if left:
+        recipe.write_text(_recipe(grant, left))
+        result.update(run_json(recipe, tmp_path)[1]["steps"])
     return result
 
 
 def _refused(step: dict[str, Any], program: str, real: str) -> str:
-    """The step's error, checked: refused by the argument rule, naming `program` as the
-    recipe wrote it (never the file `real` it resolves to) and the grant that lifts it."""
-    assert step["status"] in ("denied", "failed"), step
+    """The step's error, checked: refused by the argument rule (by validation, or by the
+    run when only the run can tell), naming `program` as the recipe wrote it (never the
+    file `real` it resolves to) and the grant that lifts it."""
+    assert step["status"] in ("invalid", "denied", "failed"), step
     error: str = step["error"]
-    assert "shell.argument" in error, error
-    assert error.startswith(f"denied by rule shell.argument: {program}"), error
+    invalid = step["status"] == "invalid"
+    rule = "error[shell.argument]: " if invalid else "denied by rule shell.argument: "
+    assert error.startswith(f"{rule}{program}"), error
     assert f"allow: [{program}], unsafe_args: [{program}]" in error, error
     resolved = os.path.basename(real)
     if resolved != program and lookup(resolved) is lookup(program):
         # `python3` is `python3.11` here: same rules, so the message has no cause to say it
         # (a name judged as another program, such as `sh` that is bash, shows its file)
-        assert error.startswith(f"denied by rule shell.argument: {program}: "), error
+        assert error.startswith(f"{rule}{program}: "), error
         assert resolved not in error, error
     return error
 
