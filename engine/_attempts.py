@@ -35,7 +35,10 @@ Sleep = Callable[[float], Awaitable[None]]
 
 @dataclass
 class Tally:
-    """Attempts made for one step (its items' and fallback's included)."""
+    """Attempts made for one step, or for one `for_each` item (retries and the fallback
+    included). Each item has its own: an item's attempts are numbered within the item, so
+    what a cassette or journal files its calls under does not depend on how fast the other
+    items went."""
 
     attempts: int = 0
 
@@ -81,16 +84,18 @@ class Attempts:
                 f"for_each must give a list, got {type(items).__name__}: {items!r:.80}"
             )
         limit = asyncio.Semaphore(step.max_parallel or self.max_parallel)
-        tally = Tally()
+        tallies = [Tally() for _ in items]
 
         async def one(index: int, item: Any) -> tuple[StepStatus, Any, str | None]:
             enter_scope(f"{step.id}[{index}]")
             async with limit:
-                return await self.chain(compiled, {**context, "item": item, "index": index}, tally)
+                context_of_item = {**context, "item": item, "index": index}
+                return await self.chain(compiled, context_of_item, tallies[index])
 
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(i, item)) for i, item in enumerate(items)]
         outcomes = [task.result() for task in tasks]
+        attempts = sum(tally.attempts for tally in tallies)
         bad = [(i, o) for i, o in enumerate(outcomes) if o[0] in BLOCKING]
         if bad:
             status: StepStatus = "denied" if all(o[0] == "denied" for _, o in bad) else "failed"
@@ -104,20 +109,20 @@ class Attempts:
                 status=status,
                 output=[o[1] for o in outcomes],
                 error=error + more,
-                attempts=tally.attempts,
+                attempts=attempts,
                 items=len(items),
             )
         errors = [f"item {i}: {o[2]}" for i, o in enumerate(outcomes) if o[2]]
         if outcomes and all(o[0] == "skipped" for o in outcomes):  # --dry-run
             return StepResult(
-                status="skipped", error=errors[0], attempts=tally.attempts, items=len(items)
+                status="skipped", error=errors[0], attempts=attempts, items=len(items)
             )
         status = "fallback" if any(o[0] == "fallback" for o in outcomes) else "succeeded"
         return StepResult(
             status=status,
             output=[o[1] for o in outcomes],
             error="; ".join(errors) or None,
-            attempts=tally.attempts,
+            attempts=attempts,
             items=len(items),
         )
 
@@ -176,6 +181,7 @@ class Attempts:
                 "attempt.retrying",
                 step_id,
                 tally.attempts,
+                item=context.get("index"),
                 wait=round(state.next_action.sleep if state.next_action else 0.0, 3),
                 error=failed.message if isinstance(failed, StepError) else str(failed),
             )
@@ -203,13 +209,14 @@ class Attempts:
         failure: str | None = None,
     ) -> Any:
         enter_attempt(attempt)  # what a model call made by this attempt names
+        item = context.get("index")  # a `for_each` item's attempts are numbered within it
         self.events.emit(
             "attempt.started",
             step.id,
             attempt,
             action=action.tool,
             agent=action.is_agent or None,
-            item=context.get("index"),
+            item=item,
         )
         try:
             if action.is_agent:
@@ -231,6 +238,7 @@ class Attempts:
                 "attempt.finished",
                 step.id,
                 attempt,
+                item=item,
                 outcome=type(exc).__name__,
                 error=exc.message,
             )
@@ -238,8 +246,13 @@ class Attempts:
         except Exception as exc:  # a bug below us is this attempt's failure, not a crash
             error = StepFailed(f"{type(exc).__name__}: {exc}", step_id=step.id, attempt=attempt)
             self.events.emit(
-                "attempt.finished", step.id, attempt, outcome="StepFailed", error=error.message
+                "attempt.finished",
+                step.id,
+                attempt,
+                item=item,
+                outcome="StepFailed",
+                error=error.message,
             )
             raise error from exc
-        self.events.emit("attempt.finished", step.id, attempt, outcome="ok")
+        self.events.emit("attempt.finished", step.id, attempt, item=item, outcome="ok")
         return output

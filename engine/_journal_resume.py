@@ -41,9 +41,10 @@ __all__ = [
 _ENDED = frozenset({"failed", "denied"})
 
 ToolKey = tuple[str, str, str, int]
-"""A call's key in the journal: its scope (step, or `step[i]`), action, params hash, and
-how many calls with these params the scope made before it (across attempts: an attempt's
-number depends on how fast earlier items and retries went, so it is no key)."""
+"""A call's key in the journal, as in a cassette: its scope (step, or `step[i]`), action,
+params hash, and how many calls with these params the scope made before it, over its
+attempts (the attempt is journaled with the call, to be read; a resumed step numbers its
+attempts from 1 again, so it is no key)."""
 
 
 @dataclass(frozen=True)

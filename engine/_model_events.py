@@ -1,13 +1,14 @@
 """A model client's calls published as events: `llm.called` (answered or failed for good)
-and `llm.waiting` (a wait before a retry), each naming the step and attempt that made it
-(none for the planner). The executor and the session's planning both publish through it."""
+and `llm.waiting` (a wait before a retry), each naming the step and attempt that made it,
+and the `for_each` item, whose attempts are numbered within it (none for the planner). The
+executor and the session's planning both publish through it."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from engine._scope import current_attempt, current_scope, step_of
+from engine._scope import current_attempt, current_item, current_scope, step_of
 from engine.errors import PlanloomError
 from engine.events import EventBus
 from engine.llm import ChatResult, LLMClient
@@ -47,6 +48,7 @@ class ModelCallEvents:
             "llm.called",
             step_id,
             attempt,
+            item=current_item(),
             model=self.client.config.model,
             prompt_tokens=result.prompt_tokens,
             completion_tokens=result.completion_tokens,
@@ -62,6 +64,7 @@ class ModelCallEvents:
             "llm.called",
             step_id,
             attempt,
+            item=current_item(),
             model=self.client.config.model,
             latency=round(seconds, 4),
             outcome=type(error).__name__,
@@ -70,4 +73,11 @@ class ModelCallEvents:
 
     def waiting(self, seconds: float, why: str) -> None:
         step_id, attempt = caller()
-        self.events.emit("llm.waiting", step_id, attempt, wait=round(seconds, 3), reason=why)
+        self.events.emit(
+            "llm.waiting",
+            step_id,
+            attempt,
+            item=current_item(),
+            wait=round(seconds, 3),
+            reason=why,
+        )

@@ -24,6 +24,7 @@ __all__ = [
     "as_list",
     "as_str",
     "as_time",
+    "attempt_number",
     "ordered",
     "read_run",
     "usage_counts",
@@ -256,6 +257,15 @@ def as_str(value: Any) -> str:
 def as_int(value: Any) -> int:
     """`value` if it is an int (not a bool), else 0."""
     return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def attempt_number(attempt: dict[str, Any]) -> str:
+    """A timeline attempt's number as shown: `2`, or `2 (item 3)` for a `for_each` item's
+    (an item's attempts are numbered within the item)."""
+    item, number = attempt.get("item"), as_int(attempt.get("n"))
+    if isinstance(item, int) and not isinstance(item, bool):
+        return f"{number} (item {item})"
+    return str(number)
 
 
 def as_time(value: Any) -> float | None:

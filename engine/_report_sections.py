@@ -25,6 +25,7 @@ from engine._report_read import (
     as_list,
     as_str,
     as_time,
+    attempt_number,
     ordered,
     usage_counts,
 )
@@ -149,7 +150,7 @@ def _step_details(run: RunView, step: StepView, calls: list[CallView]) -> str:
     if step.attempts:
         rows = [
             [
-                escaped(a.get("n")),
+                escaped(attempt_number(a)),
                 escaped(a.get("action")),
                 escaped(a.get("outcome")),
                 seconds(_span(a.get("started"), a.get("finished"))),
@@ -207,7 +208,7 @@ def errors_html(run: RunView) -> str:
             if message and message != error:
                 rows.append(
                     [
-                        escaped(f"{step.id} (attempt {as_int(attempt.get('n'))})"),
+                        escaped(f"{step.id} (attempt {attempt_number(attempt)})"),
                         escaped(attempt.get("outcome")),
                         f"<pre>{escaped(message)}</pre>",
                     ]

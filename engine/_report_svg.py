@@ -16,10 +16,10 @@ from engine._report_read import (
     INTERRUPTED,
     RunView,
     StepView,
-    as_int,
     as_list,
     as_str,
     as_time,
+    attempt_number,
     ordered,
 )
 from engine.model import Step
@@ -235,7 +235,7 @@ def _bars(run: RunView, step: StepView, top: int, x: Callable[[float], float]) -
         colour = status_hue("succeeded" if ok else "failed")
         parts.append(
             f'<rect class="attempt" x="{x(a)}" y="{top + 9}" width="{max(x(b) - x(a), 2)}" '
-            f'height="{_ROW_H - 18}" fill="{colour}"><title>attempt {as_int(attempt.get("n"))}: '
+            f'height="{_ROW_H - 18}" fill="{colour}"><title>attempt {attempt_number(attempt)}: '
             f"{escaped(attempt.get('outcome'))}, {seconds(b - a)}</title></rect>"
         )
     for gate in step.gates:

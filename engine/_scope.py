@@ -8,9 +8,11 @@ __all__ = [
     "PLANNER",
     "PLAN_REVIEW",
     "current_attempt",
+    "current_item",
     "current_scope",
     "enter_attempt",
     "enter_scope",
+    "item_of",
     "step_of",
 ]
 
@@ -40,11 +42,29 @@ def step_of(scope: str) -> str | None:
     return scope.split("[", 1)[0]
 
 
+def item_of(scope: str) -> int | None:
+    """The `for_each` item a scope is (`read[2]`: 2), or None for a whole step."""
+    if not scope.endswith("]") or "[" not in scope:
+        return None
+    index = scope.rsplit("[", 1)[1][:-1]
+    return int(index) if index.isdigit() else None
+
+
+def current_item() -> int | None:
+    """The `for_each` item the running code belongs to, if any (what its events name, so
+    that items' attempts, numbered within each item, are told apart)."""
+    scope = _scope.get()
+    return item_of(scope) if scope is not None else None
+
+
 def current_attempt() -> int | None:
-    """The attempt of the step the running code belongs to (what its events name)."""
+    """The attempt of the step (or of the `for_each` item) the running code belongs to
+    (what its events name)."""
     return _attempt.get()
 
 
 def enter_attempt(number: int) -> None:
-    """Mark the current task as running attempt `number` of its step."""
+    """Mark the current task as running attempt `number` of its step, or of its item: an
+    item's attempts are numbered within the item, so the number does not depend on how
+    fast the other items went."""
     _attempt.set(number)

@@ -1,4 +1,11 @@
-"""A cassette's tool results: what the sandbox runs goes through here (its `Results`)."""
+"""A cassette's tool results: what the sandbox runs goes through here (its `Results`).
+
+A call is found by its scope (the step, or `step[i]` for a `for_each` item), action, params
+hash and repeat: how many calls with these params the scope made before it, over all its
+attempts, as a run's journal keys its calls. The attempt is written with each call, to be
+read, but finds nothing: a cassette recorded before items numbered their own attempts
+numbered them across the step, in the order items happened to go.
+"""
 
 from __future__ import annotations
 
@@ -17,15 +24,31 @@ if TYPE_CHECKING:
 
 __all__ = ["TapeResults"]
 
+_ToolKey = tuple[str, str, str, int]
+"""A recorded call's key: scope, action, params hash, repeat (see the module docstring)."""
+
+
+def _by_repeat(entries: list[ToolResult]) -> dict[_ToolKey, ToolResult]:
+    """Recorded calls by key. A scope's calls with the same params are counted in the order
+    they were made: by attempt, then by ordinal (which older cassettes count within each
+    attempt, newer ones over the scope's attempts: the order is the same)."""
+    groups: dict[tuple[str, str, str], list[ToolResult]] = {}
+    for entry in entries:
+        groups.setdefault((entry.step, entry.action, entry.params_hash), []).append(entry)
+    table: dict[_ToolKey, ToolResult] = {}
+    for (scope, action, digest), group in groups.items():
+        group.sort(key=lambda e: (e.attempt, e.ordinal))
+        for repeat, entry in enumerate(group):
+            table[scope, action, digest, repeat] = entry
+    return table
+
 
 class TapeResults:
     """Tool results: recorded ones served, live ones recorded (see `Tape`)."""
 
     def __init__(self, tape: Tape) -> None:
         self.tape = tape
-        self._tools = {
-            (e.step, e.attempt, e.action, e.params_hash, e.ordinal): e for e in tape.recorded.tools
-        }
+        self._tools = _by_repeat(tape.recorded.tools)
 
     @property
     def timed(self) -> bool:
@@ -41,7 +64,7 @@ class TapeResults:
         to; a call whose result is not recorded itself (`recorded` false: its model's or
         person's answers are) may reach a live model, so it is not.
         """
-        step_id, attempt, action = call.step_id, call.attempt, call.action
+        step_id, action = call.step_id, call.action
         if not self.tape.replaying or (self.tape.live_tools and call.read_only):
             return False
         if not self.tape.recording:
@@ -58,8 +81,7 @@ class TapeResults:
             and e.edited_params is not None
         }
         return any(
-            (scope, attempt, action, d, self.tape.ordinals["tool", scope, attempt, action, d])
-            in self._tools
+            (scope, action, d, self.tape.ordinals["tool", scope, action, d]) in self._tools
             for d in digests
         )
 
@@ -83,8 +105,8 @@ class TapeResults:
         scope = current_scope() or step_id
         shown = self.tape.redact(call.params)
         digest = hash_of(shown)
-        ordinal = self.tape.next_ordinal("tool", scope, attempt, action, digest)
-        key = (scope, attempt, action, digest, ordinal)
+        ordinal = self.tape.next_ordinal("tool", scope, action, digest)
+        key = (scope, action, digest, ordinal)
         live_read = self.tape.live_tools and call.read_only
         if self.tape.replaying:
             entry = self.tape.take(self._tools, key)

@@ -6,8 +6,10 @@ inputs, and four lists of entries:
 * `llm`: every model exchange, keyed by a hash of the canonical request (model, messages,
   tools, response format, temperature) plus an ordinal for repeats of the same request
   within a step;
-* `tools`: every tool call's result or error, keyed by step, attempt, action and a hash of
-  the params;
+* `tools`: every tool call's result or error, keyed by step (`step[i]` for a `for_each`
+  item), action, a hash of the params and an ordinal for repeats of the same call within
+  the step or item, over its attempts; each also says which attempt made it (an item's
+  attempts are numbered within the item);
 * `approvals`: every gate decision (and the review of a model-written plan);
 * `answers`: every `human.ask` answer.
 

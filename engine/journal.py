@@ -67,7 +67,8 @@ _TIMELINE = frozenset(
     }
 )
 """The events a step's journaled timeline is made of."""
-_ATTEMPT = ("n", "started", "action", "finished", "outcome", "error")
+_ATTEMPT = ("n", "item", "started", "action", "finished", "outcome", "error")
+"""An attempt in a step's timeline (`item`: a `for_each` item's, numbered within it)."""
 
 
 class Journal:
@@ -176,15 +177,16 @@ class Journal:
         if kind == "step.started":
             self._started[step_id] = event.ts
         elif kind == "attempt.started":
-            attempt = [event.attempt, event.ts, event.data.get("action")]
+            attempt = [event.attempt, event.data.get("item"), event.ts, event.data.get("action")]
             tried = self._attempts.get(step_id)
             if tried is None:
                 self._attempts[step_id] = [attempt]
             else:
                 tried.append(attempt)
         elif kind == "attempt.finished":
+            item = event.data.get("item")  # items run at once, each with its own numbers
             for attempt in reversed(self._attempts.get(step_id) or []):
-                if attempt[0] == event.attempt and len(attempt) == 3:
+                if attempt[0] == event.attempt and attempt[1] == item and len(attempt) == 4:
                     attempt += [event.ts, event.data.get("outcome"), event.data.get("error")]
                     break
         elif kind == "gate.decided":
@@ -224,11 +226,18 @@ class Journal:
             "finished": at,
         }
         attempts = self._attempts.pop(step_id, None)
-        if attempts and (len(attempts) > 1 or attempts[0][4:5] != ["ok"]):
+        if attempts and (len(attempts) > 1 or attempts[0][5:6] != ["ok"]):
             # (one attempt that went well is the step's own span)
             # events reach subscribers unredacted: what leaves the process is redacted here
             data["attempts"] = self.redact(
-                [dict(zip(_ATTEMPT, attempt, strict=False)) for attempt in attempts]
+                [
+                    {
+                        k: v
+                        for k, v in zip(_ATTEMPT, attempt, strict=False)
+                        if v is not None or k != "item"  # (a whole step's attempt has none)
+                    }
+                    for attempt in attempts
+                ]
             )
         gates = self._gates.pop(step_id, None)
         if gates:

@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from engine._execute import execute, jsonable
 from engine._problems import validation_problems
-from engine._scope import current_scope
+from engine._scope import current_item, current_scope
 from engine._truncation import MAX_WARNINGS, truncation_warning
 from engine.backend import Backend, RemoteCall
 from engine.capability import Action, Asker, CallContext, ParamPath, Registry
@@ -274,6 +274,7 @@ class Sandbox:
                 "tool.called",
                 step_id,
                 attempt,
+                item=current_item(),  # (an item's attempts are numbered within it)
                 call=number,
                 action=name,
                 decision="allowed",
@@ -329,6 +330,7 @@ class Sandbox:
                 "tool.finished",
                 step_id,
                 attempt,
+                item=current_item(),
                 call=number,
                 action=name,
                 decision="allowed",
@@ -414,6 +416,7 @@ class Sandbox:
                 "tool.finished",
                 step_id,
                 attempt,
+                item=current_item(),
                 call=number,
                 action=name,
                 decision=decision,

@@ -46,6 +46,9 @@ _FAILED_RUN = frozenset({"failed", "cancelled"})
 _TEXT_LIMIT = 4096  # an error quoted in a span: enough to read, bounded
 
 Attributes = dict[str, str | bool | int | float]
+_Owner = tuple[str, int | None, int]
+"""An attempt: its step, its `for_each` item (None for a whole step: an item's attempts are
+numbered within the item) and its number."""
 
 
 def server_of(base_url: str | None) -> tuple[str, int] | None:
@@ -89,9 +92,9 @@ class RunSpans:
         self._planning: Span | None = None
         self._run: Span | None = None
         self._steps: dict[str, Span] = {}
-        self._attempts: dict[tuple[str, int], Span] = {}
+        self._attempts: dict[_Owner, Span] = {}
         # Tool calls in flight, by their number in the run, and by the attempt making them.
-        self._tools: dict[int, tuple[Span, tuple[str, int] | None]] = {}
+        self._tools: dict[int, tuple[Span, _Owner | None]] = {}
         self._handlers: Mapping[str, Callable[[Event], None]] = {
             "session.started": self._session_started,
             "session.finished": self._session_finished,
@@ -260,19 +263,20 @@ class RunSpans:
     # -- attempts ------------------------------------------------------------------------
 
     def _attempt_started(self, event: Event) -> None:
-        step_id, number = event.step_id or "", event.attempt or 0
+        owner = _owner(event)
+        step_id, item, number = owner
         data = event.data
         attributes = self._attributes(
             {
                 "planloom.step.id": step_id,
                 "planloom.attempt": number,
                 "planloom.action": data.get("action"),
-                "planloom.item": data.get("item"),
+                "planloom.item": item,
             }
         )
         if data.get("agent"):
             attributes["gen_ai.operation.name"] = "invoke_agent"
-        self._attempts[(step_id, number)] = self.tracer.start_span(
+        self._attempts[owner] = self.tracer.start_span(
             f"attempt {number}",
             context=self._context(self._steps.get(step_id) or self._run),
             start_time=_ns(event.ts),
@@ -280,7 +284,7 @@ class RunSpans:
         )
 
     def _attempt_finished(self, event: Event) -> None:
-        span = self._attempts.pop((event.step_id or "", event.attempt or 0), None)
+        span = self._attempts.pop(_owner(event), None)
         if span is None:
             return
         outcome = str(event.data.get("outcome"))
@@ -311,7 +315,7 @@ class RunSpans:
         number = data.get("call")
         if not isinstance(number, int):
             return
-        owner = (event.step_id or "", event.attempt or 0)
+        owner = _owner(event)
         action = str(data.get("action"))
         missing = data.get("missing_confinement")
         self._tools[number] = (
@@ -324,7 +328,8 @@ class RunSpans:
                         "gen_ai.operation.name": "execute_tool",
                         "gen_ai.tool.name": action,
                         "planloom.step.id": owner[0],
-                        "planloom.attempt": owner[1],
+                        "planloom.item": owner[1],
+                        "planloom.attempt": owner[2],
                         "planloom.tool.call": number,
                         "planloom.tool.rule": data.get("rule"),
                         "planloom.tool.side_effects": data.get("side_effects"),
@@ -346,7 +351,7 @@ class RunSpans:
             span = held[0]
         else:  # refused before it was counted: a span of no length, saying why
             action = str(data.get("action"))
-            owner = (event.step_id or "", event.attempt or 0)
+            owner = _owner(event)
             span = self.tracer.start_span(
                 self._name(f"execute_tool {action}"),
                 context=self._context(self._parent_of(owner)),
@@ -356,7 +361,8 @@ class RunSpans:
                         "gen_ai.operation.name": "execute_tool",
                         "gen_ai.tool.name": action,
                         "planloom.step.id": owner[0],
-                        "planloom.attempt": owner[1],
+                        "planloom.item": owner[1],
+                        "planloom.attempt": owner[2],
                         "planloom.tool.rule": data.get("rule"),
                     }
                 ),
@@ -390,7 +396,7 @@ class RunSpans:
         )
         if self.server is not None:
             attributes["server.address"], attributes["server.port"] = self.server
-        owner = (event.step_id, event.attempt or 0) if event.step_id is not None else None
+        owner = _owner(event) if event.step_id is not None else None
         parent = self._tool_of(owner) or self._parent_of(owner)
         span = self.tracer.start_span(
             self._name(f"chat {model}" if model else "chat"),
@@ -406,7 +412,7 @@ class RunSpans:
         span.end(end_time=end)
 
     def _llm_waiting(self, event: Event) -> None:
-        owner = (event.step_id, event.attempt or 0) if event.step_id is not None else None
+        owner = _owner(event) if event.step_id is not None else None
         span = self._parent_of(owner)
         if span is not None:
             span.add_event(
@@ -447,7 +453,7 @@ class RunSpans:
 
     # -- helpers -------------------------------------------------------------------------
 
-    def _parent_of(self, owner: tuple[str, int] | None) -> Span | None:
+    def _parent_of(self, owner: _Owner | None) -> Span | None:
         """The innermost open span of an attempt: the attempt, else its step, else the run;
         without an attempt (the planner's model calls), the planning, the run or the
         session."""
@@ -455,7 +461,7 @@ class RunSpans:
             return self._planning or self._run or self._session
         return self._attempts.get(owner) or self._steps.get(owner[0]) or self._run
 
-    def _tool_of(self, owner: tuple[str, int] | None) -> Span | None:
+    def _tool_of(self, owner: _Owner | None) -> Span | None:
         """The one tool call the attempt has in flight, if exactly one (a model call made
         while it runs is that tool's: `llm.complete`, `llm.extract`)."""
         if owner is None:
@@ -533,6 +539,12 @@ def follow(bus: EventBus, tracer: Tracer, *, server: tuple[str, int] | None = No
 
 def _ns(seconds: float) -> int:
     return int(seconds * 1e9)
+
+
+def _owner(event: Event) -> _Owner:
+    """The attempt an event belongs to."""
+    item = event.data.get("item")
+    return event.step_id or "", item if isinstance(item, int) else None, event.attempt or 0
 
 
 def _end_root(span: Span, what: str, status: str, end: int) -> None:

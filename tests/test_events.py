@@ -134,7 +134,8 @@ def test_a_rate_limited_model_call_waits_as_retry_after_says_and_says_so(tmp_pat
     assert slept == [2.0]
     [wait] = [e for e in events if e.kind == "llm.waiting"]
     assert (wait.step_id, wait.attempt) == ("think", 1)
-    assert wait.data == {"wait": 2.0, "reason": "rate limited (429)"}
+    # (`item` names a `for_each` item, whose attempts are numbered within it: none here)
+    assert wait.data == {"item": None, "wait": 2.0, "reason": "rate limited (429)"}
 
 
 def test_each_retry_of_a_step_is_an_event_with_its_wait(tmp_path: Path) -> None:
