@@ -144,6 +144,8 @@ class ToolEntry:
     side_effects: bool | None
     params: dict[str, Any]
     details: Mapping[str, Any] = field(default_factory=dict)
+    output: dict[str, Any] | None = None
+    """The JSON schema of what a call gives (`steps.X.output`), when the action says."""
 
 
 @dataclass(frozen=True)
@@ -349,6 +351,7 @@ class Registry:
                 action.side_effects if isinstance(action.side_effects, bool) else None,
                 action.params_model.model_json_schema(),
                 action.details,
+                None if action.result_model is None else action.result_model.model_json_schema(),
             )
             for name, action in sorted(self.actions.items())
             if action.family in families

@@ -32,6 +32,7 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
             "description": tool.description,
             "side_effects": "per call" if tool.side_effects is None else tool.side_effects,
             "params": tool.params,
+            "output": tool.output,
             "grant": registry.families[tool.family].grant_model.model_json_schema(),
             "confinement": layers[tool.family],
         }
@@ -50,6 +51,9 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         effect = {True: "side effects", False: "read-only"}.get(row["side_effects"], "per call")
         print(neutralize(f"{row['name']:<{width}}  {effect:<12}  {row['description']}"))
         print(neutralize(f"{'':<{width}}  params: {params}"))
+        if row["output"] is not None:  # what `steps.X.output` holds
+            fields = ", ".join(row["output"].get("properties", {}))
+            print(neutralize(f"{'':<{width}}  output: {fields}"))
     for name, discovering in sorted(registry.families.items()):
         if discovering.discovery is not None and not any(r["family"] == name for r in rows):
             print(f"{name}.*  {discovering.description}: `planloom tools RECIPE` lists a recipe's")
