@@ -233,7 +233,7 @@ class Executor:
             self._stop_reason = self._stop_reason or reason
             if main == "succeeded" and self._status(self.plan.finally_) == "failed":
                 main = "failed"
-        outputs = self._outputs()
+        outputs, unknown = self._outputs()
         if main == "succeeded" and self.errors:
             main = "failed"
         self.events.emit("run.finished", status=main, seconds=time.monotonic() - started)
@@ -246,6 +246,7 @@ class Executor:
             errors=[self.secrets.redact(error) for error in self.errors],
             approvals=list(self.gatekeeper.decisions),
             dry_run=self.attempts.would_run if self.sandbox.dry_run else None,
+            unknown_outputs=unknown,
         )
 
     def _status(self, steps: list[Step]) -> RunStatus:
@@ -524,16 +525,34 @@ class Executor:
             ),
         )
 
-    def _outputs(self) -> dict[str, Any]:
+    def _outputs(self) -> tuple[dict[str, Any], dict[str, str] | None]:
+        """The plan's outputs; in a dry run, those left unknown (they read a step a dry run
+        did not run) are null, each with the reason."""
         context = {"inputs": self.inputs, "steps": self._view, "run": self._run_view}
         outputs: dict[str, Any] = {}
+        unknown: dict[str, str] | None = {} if self.sandbox.dry_run else None
         for name, value in self.plan.outputs.items():
             try:
-                outputs[name] = compile_value(value).render(context)
+                compiled = compile_value(value)
+                if unknown is not None:
+                    needs = [
+                        str(ref[1])
+                        for template in compiled.templates
+                        for ref in template.references
+                        if ref[:1] == ("steps",)
+                        and ref[1:2] != ()
+                        and ref[2:3] in ((), ("output",))  # its status and error are known
+                        and ref[1] in self.attempts.unknown
+                    ]
+                    if needs:
+                        outputs[name] = None
+                        unknown[name] = f"needs the output of '{needs[0]}', unknown in a dry run"
+                        continue
+                outputs[name] = compiled.render(context)
             except (TemplateError, ValueError) as exc:
                 outputs[name] = None
                 self.errors.append(f"output '{name}': {exc}")
-        return outputs
+        return outputs, unknown
 
 
 async def run_plan(plan: Plan, *, registry: Registry, base_dir: Path, **kwargs: Any) -> RunResult:

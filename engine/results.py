@@ -163,6 +163,11 @@ class RunResult(BaseModel):
     dry_run: list[dict[str, Any]] | None = Field(
         None, description="--dry-run: the calls with side effects that were not made."
     )
+    unknown_outputs: dict[str, str] | None = Field(
+        None,
+        description="--dry-run: the outputs left null because they read a step the dry run "
+        "did not run, each with the reason.",
+    )
     replay: ReplayReport | None = None
 
     def snapshot(self) -> str:

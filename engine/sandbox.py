@@ -237,10 +237,10 @@ class Sandbox:
             # for a call served with nothing run (a replay's: its machine may differ).
             if not served:
                 _grant_rules(action, model, ctx)
+            if self.dry_run and side_effects:  # not made, so not counted as a call
+                raise DryRun(name, params, step_id=step_id)
             self._spend(step_id)
             number = self.calls
-            if self.dry_run and side_effects:
-                raise DryRun(name, params, step_id=step_id)
             replayed = False
             doubt = None if call.idempotent else self.results.in_doubt(call)
             if doubt is not None and self.gate is None:

@@ -136,7 +136,11 @@ def print_summary(result: RunResult, stream: IO[str]) -> None:
         by = "(recorded)" if decision.by == RECORDED else f"by {decision.by}"
         line = f"gate: {decision.step_id} {decision.action} {verdict} {by}{why}"
         console.print(Text(neutralize(line)))
+    unknown = result.unknown_outputs or {}
     for name, value in result.outputs.items():
+        if name in unknown:
+            console.print(Text(neutralize(f"output {name}:\n  unknown: {unknown[name]}")))
+            continue
         text = value if isinstance(value, str) else json.dumps(value, default=repr)
         lines = neutralize(text.rstrip()).splitlines() or [""]
         more = f"\n  … ({len(lines) - 20} more lines)" if len(lines) > 20 else ""
