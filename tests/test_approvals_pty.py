@@ -12,7 +12,6 @@ approver is used); `--json` output is redirected to a file by a `sh -c 'exec ...
 
 from __future__ import annotations
 
-import io
 import json
 import os
 import subprocess
@@ -22,18 +21,13 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pexpect
 import pytest
 
 from engine.testing import FakeOpenAIServer, ScriptedModel
 from tests._procs import gone, marker_seconds, pids_with
+from tests._pty import PLANLOOM, Session, clean_env, spawning
 
-PLANLOOM = str(Path(sys.executable).parent / "planloom")
 EDITOR = Path(__file__).parent / "data" / "pty" / "editor.py"
-TIMEOUT = 30  # seconds for any one expect: generous on a loaded machine, a hang still fails
-
-GATE = r"step '([^']+)' wants to run (\S+) \("
-GATE_MENU = r"\[A\]pprove all remaining  \[q\]uit > "
 PLAN_MENU = r"\[s\]ave as recipe > "
 REASON = r"reason \(optional\) > "
 NEW_PARAMS = r"new params as one line of JSON > "
@@ -52,95 +46,11 @@ PLAN: dict[str, Any] = {
 }
 
 
-def clean_env(**extra: str) -> dict[str, str]:
-    """This environment without model/planloom settings or editors, plus `extra`."""
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("OPENAI_", "PLANLOOM_"))
-        and k not in {"CI", "PYTHONPATH", "COLUMNS", "LINES", "EDITOR", "VISUAL"}
-    }
-    env.setdefault("TERM", "xterm")
-    env.update(extra)
-    return env
-
-
-class Session:
-    """One spawned planloom in a pty, with everything it printed kept in `transcript`."""
-
-    def __init__(self, child: pexpect.spawn, log: io.StringIO, result: Path) -> None:
-        self.child = child
-        self.log = log
-        self.result_path = result
-
-    @property
-    def transcript(self) -> str:
-        return self.log.getvalue()
-
-    def expect(self, pattern: Any, timeout: float = TIMEOUT) -> int:
-        try:
-            return self.child.expect(pattern, timeout=timeout)
-        except (pexpect.TIMEOUT, pexpect.EOF) as exc:
-            raise AssertionError(
-                f"expected {pattern!r}, got {type(exc).__name__}; transcript:\n{self.transcript}"
-            ) from None
-
-    def send(self, line: str) -> None:
-        self.child.sendline(line)
-
-    def gate(self, timeout: float = TIMEOUT) -> tuple[str, str, str]:
-        """Wait for a gate; (step id, action, the text of the prompt up to its menu)."""
-        self.expect(GATE, timeout)
-        step_id, action = self.child.match.group(1), self.child.match.group(2)
-        self.expect(GATE_MENU, timeout)
-        return step_id, action, self.child.before
-
-    def finish(self, timeout: float = TIMEOUT) -> int:
-        """Wait for the end; the exit status."""
-        self.expect(pexpect.EOF, timeout)
-        self.child.close()
-        status = self.child.exitstatus
-        assert status is not None, f"killed by signal {self.child.signalstatus}"
-        return status
-
-    def result(self) -> dict[str, Any]:
-        text = self.result_path.read_text(encoding="utf-8")
-        value = json.loads(text)
-        assert isinstance(value, dict)
-        return value
-
-
 @pytest.fixture
 def spawn(tmp_path: Path) -> Iterator[Callable[..., Session]]:
-    """spawn(*args, cwd=tmp_path, env=None): planloom in a pty; `--json` lands in a file.
-
-    Every child is force-closed at teardown, so a failing test leaves nothing running.
-    """
-    sessions: list[Session] = []
-
-    def start(*args: str | Path, cwd: Path = tmp_path, env: dict[str, str] | None = None):
-        result = tmp_path / f"result-{len(sessions)}.json"
-        log = io.StringIO()
-        child = pexpect.spawn(
-            "/bin/sh",
-            ["-c", 'out=$1; shift; exec "$@" >"$out"', "sh", str(result), PLANLOOM]
-            + [str(a) for a in args],
-            cwd=str(cwd),
-            env=env if env is not None else clean_env(),
-            timeout=TIMEOUT,
-            encoding="utf-8",
-            dimensions=(40, 200),
-        )
-        child.logfile_read = log
-        session = Session(child, log, result)
-        sessions.append(session)
-        return session
-
-    try:
+    """spawn(*args, cwd=tmp_path, env=None): planloom in a pty; `--json` lands in a file."""
+    with spawning(tmp_path) as start:
         yield start
-    finally:
-        for session in sessions:
-            session.child.close(force=True)
 
 
 def write_recipe(tmp_path: Path, text: str, name: str = "recipe.yaml") -> Path:

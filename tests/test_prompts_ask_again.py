@@ -10,21 +10,14 @@ to a file named "n").
 
 from __future__ import annotations
 
-import io
-import json
-import os
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import pexpect
 import pytest
 
 from engine.testing import FakeOpenAIServer, ScriptedModel
-
-PLANLOOM = str(Path(sys.executable).parent / "planloom")
-TIMEOUT = 30  # seconds for any one expect: generous on a loaded machine, a hang still fails
+from tests._pty import Session, spawning
 
 GATE_KEYS = r"\[a\]pprove  \[d\]eny  \[e\]dit params  \[A\]pprove all remaining  \[q\]uit > "
 PLAN_KEYS = r"\[a\]pprove  \[e\]dit  \[r\]eject  \[s\]ave as recipe > "
@@ -50,85 +43,11 @@ PLAN: dict[str, Any] = {
 }
 
 
-class Pty:
-    """One planloom in a pseudo-terminal, everything it printed kept in `transcript`;
-    `--json` output lands in `result_path`."""
-
-    def __init__(self, child: pexpect.spawn, log: io.StringIO, result_path: Path) -> None:
-        self.child = child
-        self.log = log
-        self.result_path = result_path
-
-    @property
-    def transcript(self) -> str:
-        return self.log.getvalue()
-
-    def expect(self, pattern: Any) -> int:
-        try:
-            return self.child.expect(pattern, timeout=TIMEOUT)
-        except (pexpect.TIMEOUT, pexpect.EOF) as exc:
-            raise AssertionError(
-                f"expected {pattern!r}, got {type(exc).__name__}; transcript:\n{self.transcript}"
-            ) from None
-
-    def asked_again(self, message: str, keys: str) -> None:
-        """The answer just sent was refused with `message` and the menu shown again (not
-        taken as a "no" that ends the run)."""
-        index = self.expect([message, pexpect.EOF])
-        assert index == 0, f"the answer ended the run instead; transcript:\n{self.transcript}"
-        self.expect(keys)
-
-    def send(self, line: str) -> None:
-        self.child.sendline(line)
-
-    def finish(self) -> int:
-        self.expect(pexpect.EOF)
-        self.child.close()
-        status = self.child.exitstatus
-        assert status is not None, f"killed by signal {self.child.signalstatus}"
-        return status
-
-    def result(self) -> dict[str, Any]:
-        value = json.loads(self.result_path.read_text(encoding="utf-8"))
-        assert isinstance(value, dict)
-        return value
-
-
 @pytest.fixture
-def spawn(tmp_path: Path) -> Iterator[Callable[..., Pty]]:
-    """spawn(*args): `planloom ARGS --json` in a pty in tmp_path; closed at teardown."""
-    spawned: list[Pty] = []
-    environ = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("OPENAI_", "PLANLOOM_"))
-        and k not in {"CI", "PYTHONPATH", "COLUMNS", "LINES", "EDITOR", "VISUAL"}
-    }
-    environ.setdefault("TERM", "xterm")
-
-    def start(*args: str | Path) -> Pty:
-        result = tmp_path / f"result-{len(spawned)}.json"
-        log = io.StringIO()
-        child = pexpect.spawn(  # the wrapper execs: the exit status is planloom's own
-            "/bin/sh",
-            ["-c", 'out=$1; shift; exec "$@" >"$out"', "sh", str(result), PLANLOOM]
-            + [str(a) for a in args],
-            cwd=str(tmp_path),
-            env=environ,
-            timeout=TIMEOUT,
-            encoding="utf-8",
-            dimensions=(40, 200),
-        )
-        child.logfile_read = log
-        pty = Pty(child, log, result)
-        spawned.append(pty)
-        return pty
-
-    try:
+def spawn(tmp_path: Path) -> Iterator[Callable[..., Session]]:
+    """spawn(*args): `planloom ARGS` in a pty in tmp_path; closed at teardown."""
+    with spawning(tmp_path) as start:
         yield start
-    finally:
-        for pty in spawned:
-            pty.child.close(force=True)
 
 
 @pytest.fixture
@@ -154,7 +73,7 @@ def caps(tmp_path: Path) -> Path:
 
 
 def test_an_unknown_key_at_a_gate_asks_again_and_a_then_approves(
-    tmp_path: Path, recipe: Path, spawn: Callable[..., Pty]
+    tmp_path: Path, recipe: Path, spawn: Callable[..., Session]
 ) -> None:
     s = spawn("run", recipe, "--json")
     s.expect(r"step 'save' wants to run fs\.write")
@@ -169,7 +88,7 @@ def test_an_unknown_key_at_a_gate_asks_again_and_a_then_approves(
 
 
 def test_a_bare_enter_at_a_gate_asks_again_and_d_then_denies(
-    tmp_path: Path, recipe: Path, spawn: Callable[..., Pty]
+    tmp_path: Path, recipe: Path, spawn: Callable[..., Session]
 ) -> None:
     s = spawn("run", recipe, "--json")
     s.expect(GATE_KEYS)
@@ -186,7 +105,7 @@ def test_a_bare_enter_at_a_gate_asks_again_and_d_then_denies(
 
 
 def test_the_gate_prompt_says_there_is_no_default_and_shows_every_key(
-    recipe: Path, spawn: Callable[..., Pty]
+    recipe: Path, spawn: Callable[..., Session]
 ) -> None:
     s = spawn("run", recipe, "--json")
     s.expect(r"\(no default\) " + GATE_KEYS)
@@ -196,7 +115,7 @@ def test_the_gate_prompt_says_there_is_no_default_and_shows_every_key(
 
 
 def test_the_end_of_input_at_a_gate_still_denies(
-    tmp_path: Path, recipe: Path, spawn: Callable[..., Pty]
+    tmp_path: Path, recipe: Path, spawn: Callable[..., Session]
 ) -> None:
     s = spawn("run", recipe, "--json")
     s.expect(GATE_KEYS)
@@ -212,7 +131,7 @@ def test_the_end_of_input_at_a_gate_still_denies(
 
 
 def test_the_plan_menu_asks_again_after_an_unknown_key_or_enter_then_approves(
-    tmp_path: Path, caps: Path, spawn: Callable[..., Pty]
+    tmp_path: Path, caps: Path, spawn: Callable[..., Session]
 ) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(PLAN)) as server:
         s = spawn(*plan_args(server))
@@ -232,7 +151,7 @@ def test_the_plan_menu_asks_again_after_an_unknown_key_or_enter_then_approves(
 
 
 def test_the_end_of_input_when_saving_a_plan_saves_nothing(
-    tmp_path: Path, caps: Path, spawn: Callable[..., Pty]
+    tmp_path: Path, caps: Path, spawn: Callable[..., Session]
 ) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(PLAN)) as server:
         s = spawn(*plan_args(server))
@@ -261,7 +180,7 @@ steps:
 
 
 def test_the_end_of_input_is_no_answer_to_a_question(
-    tmp_path: Path, spawn: Callable[..., Pty]
+    tmp_path: Path, spawn: Callable[..., Session]
 ) -> None:
     (tmp_path / "ask.yaml").write_text(QUESTION, encoding="utf-8")
     s = spawn("run", "ask.yaml", "--json")
