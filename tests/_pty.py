@@ -119,3 +119,23 @@ def spawning(folder: Path) -> Iterator[Callable[..., Session]]:
     finally:
         for session in sessions:
             session.child.close(force=True)
+
+
+def drawn(folder: Path, *args: str, width: int = 160, **extra: str) -> tuple[int | None, str]:
+    """`planloom ARGS` in a pseudo-terminal (`TERM=xterm-256color` and `extra` in a clean
+    environment) until it ends: its exit status, and everything it drew, unaltered."""
+    from tests._procs import env
+
+    child = pexpect.spawn(
+        PLANLOOM,
+        list(args),
+        cwd=str(folder),
+        env=env(TERM="xterm-256color", **extra),
+        encoding="utf-8",
+        codec_errors="replace",
+        timeout=60,
+        dimensions=(30, width),
+    )
+    child.expect(pexpect.EOF)
+    child.close()
+    return child.exitstatus, str(child.before)

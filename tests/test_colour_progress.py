@@ -9,10 +9,10 @@ import re
 import sys
 from pathlib import Path
 
-import pexpect
 import pytest
 
 from tests._procs import env, planloom
+from tests._pty import drawn
 
 PLANLOOM = str(Path(sys.executable).parent / "planloom")
 ESCAPE = "\x1b["
@@ -53,20 +53,9 @@ def recipe(folder: Path, seconds: float) -> None:
 
 def in_terminal(folder: Path, *args: str, **extra: str) -> str:
     """`planloom run r.yaml ARGS` in a pseudo-terminal; everything it drew, unaltered."""
-    child = pexpect.spawn(
-        PLANLOOM,
-        ["run", "r.yaml", *args],
-        cwd=str(folder),
-        env=env(TERM="xterm-256color", **extra),
-        encoding="utf-8",
-        codec_errors="replace",
-        timeout=60,
-        dimensions=(30, 160),
-    )
-    child.expect(pexpect.EOF)
-    child.close()
-    assert child.exitstatus == 0, child.before
-    return str(child.before)
+    status, text = drawn(folder, "run", "r.yaml", *args, **extra)
+    assert status == 0, text
+    return text
 
 
 # -- colour -----------------------------------------------------------------------------

@@ -12,11 +12,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import pexpect
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tests._procs import env, planloom, run_json
+from tests._procs import planloom, run_json
+from tests._pty import drawn
 
 RECIPES = Path(__file__).parent.parent / "recipes"
 PLANLOOM = str(Path(sys.executable).parent / "planloom")
@@ -235,24 +235,11 @@ def flat_rows(summary: str) -> dict[str, str]:
 
 def test_the_live_view_shows_a_truncated_call_as_it_happens(tmp_path: Path) -> None:
     cut_project(tmp_path)
-    child = pexpect.spawn(
-        PLANLOOM,
-        ["run", "r.yaml"],
-        cwd=str(tmp_path),
-        env=env(TERM="xterm-256color", NO_COLOR="1"),
-        encoding="utf-8",
-        codec_errors="replace",
-        timeout=60,
-        dimensions=(30, 200),
-    )
-    child.expect(pexpect.EOF)
-    child.close()
-    drawn = str(child.before)
-
-    assert child.exitstatus == 0, drawn
+    status, text = drawn(tmp_path, "run", "r.yaml", width=200, NO_COLOR="1")
+    assert status == 0, text
     # the live line names the step; the summary's note does not repeat it
-    assert "warning: find: fs.search output truncated" in drawn, drawn
-    assert "warning: each: item 1: fs.read output truncated" in drawn, drawn
+    assert "warning: find: fs.search output truncated" in text, text
+    assert "warning: each: item 1: fs.read output truncated" in text, text
 
 
 # -- the glob's reach ---------------------------------------------------------------------

@@ -13,9 +13,9 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-import pexpect
 import pytest
 from _procs import PLANLOOM, TIMEOUT, env, planloom
+from _pty import drawn
 
 from engine.testing import ChatRequest, FakeOpenAIServer, ScriptedModel
 
@@ -119,23 +119,10 @@ def test_the_live_view_of_a_resumed_run_counts_the_kept_steps_as_done(tmp_path: 
     run_id = json.loads(failed.stdout)["run_id"]
     (tmp_path / "ready").write_text("")
 
-    child = pexpect.spawn(
-        PLANLOOM,
-        ["resume", run_id],
-        cwd=str(tmp_path),
-        env=env(TERM="xterm-256color", NO_COLOR="1"),
-        encoding="utf-8",
-        codec_errors="replace",
-        timeout=60,
-        dimensions=(30, 160),
-    )
-    child.expect(pexpect.EOF)
-    child.close()
-    drawn = str(child.before)
-
-    assert child.exitstatus == 0, drawn
-    counts = [int(done) for done in re.findall(r"(\d+)/3 steps done", drawn)]
-    assert counts, f"the live view never drew:\n{drawn}"
+    status, text = drawn(tmp_path, "resume", run_id, NO_COLOR="1")
+    assert status == 0, text
+    counts = [int(done) for done in re.findall(r"(\d+)/3 steps done", text)]
+    assert counts, f"the live view never drew:\n{text}"
     # `first` was kept: the view's last frame has all three done, not two.
     assert counts[-1] == 3, counts
     assert max(counts) == 3, counts
