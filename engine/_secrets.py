@@ -146,6 +146,20 @@ class Secrets:
                     added.append(name)
         return added
 
+    def add_inputs(self, inputs: Mapping[str, Any]) -> list[str]:
+        """Register the string values of secret-named run inputs (`-i API_TOKEN=...`: a
+        credential's name, as `is_sensitive_field` reads one). Returns the names registered.
+
+        The executor and the run's journal both call this, with the one registry of the run:
+        an input the run redacts is never written in clear.
+        """
+        added: list[str] = []
+        for name, value in inputs.items():
+            secret = isinstance(value, str) and is_sensitive_field(name)
+            if secret and self.add(value, name=f"input {name}"):
+                added.append(name)
+        return added
+
     @classmethod
     def from_environ(
         cls, environ: Mapping[str, str] | None = None, *, min_length: int = 6

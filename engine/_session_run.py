@@ -289,6 +289,8 @@ class SessionRun:
             preloaded=preloaded,
             dry_run=session.options.dry_run,
             tool_results=results,
+            # One registry for the run and its journal: no secret is written in clear.
+            secrets=journal.secrets if journal is not None else None,
             run_id=self._run_id() if self._run_id() != "-" else None,
             backend=session.backend,
         )

@@ -28,7 +28,6 @@ from engine._model_events import ModelCallEvents
 from engine._scheduler import Scheduler
 from engine._scope import enter_scope
 from engine._secrets import Secrets
-from engine._secrets_http import is_sensitive_field
 from engine.agent import AgentRunner
 from engine.approval import Approver, FailClosed, Gatekeeper
 from engine.backend import Backend
@@ -118,9 +117,7 @@ class Executor:
         # Namespaces: `inputs.keys` / `steps.items` are the input and the step, as validated.
         self.inputs = Namespace(resolve_inputs(plan, inputs or {}, from_text=inputs_from_text))
         self.secrets = secrets if secrets is not None else Secrets.from_environ()
-        for name, value in self.inputs.items():  # `-i api_token=...`: as the journal sees it
-            if isinstance(value, str) and is_sensitive_field(name):
-                self.secrets.add(value, name=f"input {name}")
+        self.secrets.add_inputs(self.inputs)  # `-i api_token=...`: as the journal sees it
         self.events = events or EventBus(self.run_id)
         if self.events.redact is None:
             self.events.redact = self.secrets.redact_value

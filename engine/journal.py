@@ -77,7 +77,9 @@ class Journal:
     Args:
         store: where entries go.
         run_id: the run's id (already begun or claimed in `store`).
-        secrets: redacted from everything before it is written.
+        secrets: redacted from everything before it is written: the run's one registry
+            (its executor is given it too, so every secret the run knows of, its secret
+            inputs included, is redacted here; see `Journal.plan`).
         resumed: what the run's earlier segments left: served again, or in doubt.
     """
 
@@ -115,6 +117,7 @@ class Journal:
     def plan(self, plan: dict[str, Any], *, inputs: dict[str, Any], model: str | None) -> None:
         """The plan run from here on (a replan writes the new one), committed at once."""
         self.secrets.add_environ()  # variables grants declared secret as they validated
+        self.secrets.add_inputs(inputs)  # and the executor, sharing `secrets`, adds no other
         self.steps = sum(len(plan.get(section) or []) for section in ("steps", "finally"))
         self.store.update(self.run_id, steps=self.steps)
         # A plan may be large: redacted as text, in one pass when nothing in it can need it.

@@ -4,12 +4,14 @@ store a command means, a run found by id, and a run's result as at its end."""
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from engine._journal_resume import Resumed, plan_steps, resumed_from
 from engine._scope import step_of
+from engine._secrets import Secrets
 from engine._sqlite_store import SqliteStore, is_alive, open_store
 from engine.app.launch import store_path
 from engine.results import RunResult, StepResult
@@ -37,27 +39,40 @@ def open_for_reading(store: str | None) -> SqliteStore:
 
 
 class Found:
-    """A stored run: its record and its journal, read."""
+    """A stored run: its record and its journal, read (with `secrets` redacted from every
+    entry, when given)."""
 
-    def __init__(self, store: SqliteStore, record: RunRecord) -> None:
+    def __init__(
+        self, store: SqliteStore, record: RunRecord, *, secrets: Secrets | None = None
+    ) -> None:
         self.store = store
         self.record = record
-        self.entries: list[Entry] = store.journal(record.id)
+        entries = store.journal(record.id)
+        if secrets is not None:
+            entries = [replace(e, data=secrets.redact_value(e.data)) for e in entries]
+        self.entries: list[Entry] = entries
         self.journal: Resumed = resumed_from(self.entries)
 
 
 def read_run(store: str | None, run_id: str) -> Found | None:
     """The run `run_id`, read whole from the store a command means (`open_for_reading`),
-    which is closed again; None (said on stderr) if there is no such run."""
+    which is closed again, to be shown (`show`, `report`); None (said on stderr) if there is
+    no such run.
+
+    What is shown is redacted again with the secrets of this environment (and credentials
+    by their shape): a run's journal holds none, but a store written by an older planloom
+    may.
+    """
     opened = open_for_reading(store)
     try:
-        return find_run(opened, run_id)
+        return find_run(opened, run_id, secrets=Secrets.from_environ())
     finally:
         opened.close()
 
 
-def find_run(store: SqliteStore, run_id: str) -> Found | None:
-    """The run `run_id` of `store`; None (said on stderr, with how to find one) if unknown."""
+def find_run(store: SqliteStore, run_id: str, *, secrets: Secrets | None = None) -> Found | None:
+    """The run `run_id` of `store` (`secrets` redacted from it, if given); None (said on
+    stderr, with how to find one) if unknown."""
     record = store.get(run_id)
     if record is None:
         sys.stderr.write(
@@ -65,7 +80,7 @@ def find_run(store: SqliteStore, run_id: str) -> Found | None:
             f"planloom runs --store {store.path}\n"
         )
         return None
-    return Found(store, record)
+    return Found(store, record, secrets=secrets)
 
 
 def shown_status(record: RunRecord) -> str:
