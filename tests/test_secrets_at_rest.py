@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 from _procs import PLANLOOM, TIMEOUT, env, gone, marker_seconds, pids_with, planloom
+from mcp_servers.project import http_server
 
 INPUT_SECRET = "sekrit-INPUT-4242"
 ENV_SECRET = "sekrit-ENV-4242"
@@ -253,3 +254,51 @@ def test_show_and_report_redact_a_secret_a_store_holds_in_clear(tmp_path: Path) 
     assert made.returncode == 0, made.stderr
     assert held([report]) == {}
     assert "service [REDACTED]" in report.read_text(encoding="utf-8")
+
+
+def test_a_variable_a_grant_reads_from_the_environment_is_not_at_rest(tmp_path: Path) -> None:
+    """A variable with no secret-looking name is a secret once a grant sends it as a header
+    (`headers_from_env`): where it reaches a step (here, given as a plain input too), the
+    store and the report hold it redacted."""
+    with http_server(tmp_path / "remote") as server:
+        (tmp_path / "r.yaml").write_text(
+            textwrap.dedent(
+                f"""\
+                version: 1
+                name: granted
+                inputs:
+                  word: {{type: string}}
+                capabilities:
+                  mcp:
+                    servers:
+                      remote:
+                        url: {server.url}
+                        headers_from_env: {{Authorization: NOTES_HEADER}}
+                        tools: ["*"]
+                steps:
+                  - id: find
+                    tool: mcp.remote.search
+                    params: {{query: "${{{{ inputs.word }}}}"}}
+                  - id: save
+                    tool: mcp.remote.add_note
+                    params: {{text: "saved ${{{{ inputs.word }}}}"}}
+                """
+            ),
+            encoding="utf-8",
+        )
+        store = tmp_path / "runs.db"
+        environ = env(NOTES_HEADER=ENV_SECRET)
+        ran = cli(
+            "run", "r.yaml", "--yes", "--json", "--store", store, "-i", f"word={ENV_SECRET}",
+            cwd=tmp_path, environ=environ,
+        )  # fmt: skip
+        assert ran.returncode == 0, ran.stderr
+        assert server.notes().endswith(f"saved {ENV_SECRET}\n")  # the run did send it
+    result = json.loads(ran.stdout)
+    assert result["steps"]["find"]["output"]["structured"]["query"] == "[REDACTED]"
+    assert held(store_files(store)) == {}
+    [row] = runs(store, tmp_path, environ)
+    report = tmp_path / "report.html"
+    made = cli("report", row["id"], "--store", store, "-o", report, cwd=tmp_path, environ=env())
+    assert made.returncode == 0, made.stderr
+    assert held([report]) == {}
