@@ -302,3 +302,71 @@ def test_a_variable_a_grant_reads_from_the_environment_is_not_at_rest(tmp_path: 
     made = cli("report", row["id"], "--store", store, "-o", report, cwd=tmp_path, environ=env())
     assert made.returncode == 0, made.stderr
     assert held([report]) == {}
+
+
+def test_a_call_in_flight_with_a_secret_in_its_params_is_in_doubt_as_itself_on_resume(
+    tmp_path: Path, marker: str
+) -> None:
+    """The journal keys a call by the hash of its redacted params, at the run and at its
+    resume alike: the call in flight is found as itself (not as a call "with other params")
+    once the secret is given again, and it is not made again without a person."""
+    (tmp_path / "r.yaml").write_text(
+        textwrap.dedent(
+            f"""\
+            version: 1
+            name: doubt
+            inputs:
+              API_TOKEN: {{type: string}}
+            capabilities:
+              shell: {{allow: [sh], unsafe_args: [sh]}}
+            steps:
+              - id: note
+                tool: shell.run
+                params:
+                  argv: [sh, -c, "echo $0 >> ledger.txt; sleep {marker}",
+                         "${{{{ inputs.API_TOKEN }}}}"]
+                timeout: 300
+            """
+        ),
+        encoding="utf-8",
+    )
+    store = tmp_path / "runs.db"
+    environ = env()
+    given = ("-i", f"API_TOKEN={INPUT_SECRET}")
+    proc = subprocess.Popen(
+        [PLANLOOM, "run", "r.yaml", "--yes", "--store", str(store), *given],
+        cwd=tmp_path,
+        env=environ,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert gone(lambda: not pids_with(marker), within=TIMEOUT), "note never started"
+    finally:
+        proc.kill()
+        proc.wait(timeout=TIMEOUT)
+    assert gone(lambda: pids_with(marker), within=10)
+    ledger = tmp_path / "ledger.txt"
+    assert ledger.read_text(encoding="utf-8") == f"{INPUT_SECRET}\n"
+    assert held(store_files(store)) == {}
+
+    [row] = runs(store, tmp_path, environ)
+    resumed = cli(
+        "resume", row["id"], "--yes", "--json", "--store", store, *given,
+        cwd=tmp_path, environ=environ,
+    )  # fmt: skip
+    assert resumed.returncode == 1, resumed.stderr
+    note = json.loads(resumed.stdout)["steps"]["note"]
+    assert note["status"] == "denied"
+    assert "may already have happened" in note["error"]
+    with contextlib.closing(sqlite3.connect(store)) as db:
+        rows = db.execute("select kind, data from journal order by seq").fetchall()
+    entries = [(kind, json.loads(data)) for kind, data in rows]
+    [intent] = [data for kind, data in entries if kind == "intent"]
+    run_gate, resume_gate = [data for kind, data in entries if kind == "approval"]
+    assert (run_gate["in_doubt"], resume_gate["in_doubt"]) == (False, True)
+    # The resume asked about the very call the run had in flight: the same params hash.
+    assert resume_gate["params_hash"] == run_gate["params_hash"] == intent["params_hash"]
+    assert ledger.read_text(encoding="utf-8") == f"{INPUT_SECRET}\n"  # not made again
+    assert held(store_files(store)) == {}
