@@ -62,6 +62,20 @@ _ANY_WORDS = re.compile(trie_pattern({*SENSITIVE_WORDS, *TRIGGERS}))
 _MEMO_ENTRIES = 50_000
 
 
+_CREDENTIAL = re.compile(r"(?=[^\s]*[A-Za-z])(?=[^\s]*[0-9])[^\s]{12,}")
+"""A value that can be taken for a credential: 12 or more characters, no space, letters and
+digits both."""
+
+
+def _credential(value: str) -> str | None:
+    """`value` (or what follows its auth scheme: `Bearer X`) if it looks like a credential."""
+    text = value.strip()
+    scheme, _, rest = text.partition(" ")
+    if rest and scheme.isalpha():
+        text = rest.strip()
+    return text if _CREDENTIAL.fullmatch(text) and REDACTED not in text else None
+
+
 class Secrets:
     """A thread-safe registry of secret values, and the redactor every sink calls.
 
@@ -159,6 +173,34 @@ class Secrets:
             if secret and self.add(value, name=f"input {name}"):
                 added.append(name)
         return added
+
+    def learn(self, value: Any) -> list[str]:
+        """Register the secrets JSON data (a tool's output) shows by where they stand: a
+        string under a credential-named key (`access_token`, `X-Session-Token`, `password`;
+        an `Authorization` value's credential, after its scheme), so that they are redacted
+        wherever else they go (a later call's params, an output quoting them). Returns the
+        keys they stood under.
+
+        Only values that look like a credential are taken: at least 12 characters, no
+        space, letters and digits both (`"token_type": "Bearer"` must not make every
+        "Bearer" a secret); the others are still redacted where they stand.
+        """
+        learnt: list[str] = []
+        stack = [value]
+        while stack:
+            item = stack.pop()
+            if isinstance(item, dict):
+                for key, inner in item.items():
+                    if isinstance(inner, str):
+                        if isinstance(key, str) and is_sensitive_field(key):
+                            credential = _credential(inner)
+                            if credential is not None and self.add(credential, name=key):
+                                learnt.append(key)
+                    elif isinstance(inner, dict | list | tuple):
+                        stack.append(inner)
+            elif isinstance(item, list | tuple):
+                stack.extend(x for x in item if isinstance(x, dict | list | tuple))
+        return learnt
 
     @classmethod
     def from_environ(

@@ -212,6 +212,7 @@ class Journal:
             self.done += 1
         ended: dict[str, Any] = {"status": result.status, "attempts": result.attempts}
         if result.output is not None:  # the error and transcript are redacted already
+            self.secrets.learn(result.output)  # (an agent's answer may hold one)
             ended["output"] = self.redact(result.output)
         if result.error is not None:
             ended["error"] = result.error
@@ -316,7 +317,9 @@ class _JournalResults:
         self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
     ) -> Any:
         if not call.recorded or call.read_only:  # see the class docstring
-            return await self.inner.result(call, live, replayed=replayed)
+            output = await self.inner.result(call, live, replayed=replayed)
+            self.journal.secrets.learn(output)  # a credential read: redacted wherever it goes
+            return output
         journal = self.journal
         key, shown = journal._key(call, peek=False)
         scope, action, params_hash, ordinal = key
@@ -354,6 +357,7 @@ class _JournalResults:
                 error = record_error(exc, journal.secrets.redact).model_dump(exclude_none=True)
                 journal.write("tool", scope, {**base, "error": error}, durable=True)
             raise
+        journal.secrets.learn(output)
         journal.write("tool", scope, {**base, "output": journal.redact(output)}, durable=True)
         return output
 

@@ -13,12 +13,14 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import http.server
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import textwrap
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -370,3 +372,72 @@ def test_a_call_in_flight_with_a_secret_in_its_params_is_in_doubt_as_itself_on_r
     assert resume_gate["params_hash"] == run_gate["params_hash"] == intent["params_hash"]
     assert ledger.read_text(encoding="utf-8") == f"{INPUT_SECRET}\n"  # not made again
     assert held(store_files(store)) == {}
+
+
+LEARNT = "sekrit4242SESSIONvalue"
+
+
+@contextlib.contextmanager
+def login_server() -> Iterator[int]:
+    """An HTTP server on 127.0.0.1 whose answer carries a session token in a header and
+    quotes it in its body: a credential no one declared. Yields its port."""
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = f"your session is {LEARNT}".encode()
+            self.send_response(200)
+            self.send_header("X-Session-Token", LEARNT)
+            self.send_header("Content-Type", "text/plain")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(timeout=TIMEOUT)
+
+
+def test_a_credential_a_step_read_is_redacted_wherever_it_goes_next(tmp_path: Path) -> None:
+    """A token a step's output shows under a credential's name (a response's
+    `x-session-token` header) is redacted where it stands, and also where it goes next: the
+    body quoting it, and a later step's params and output."""
+    with login_server() as port:
+        (tmp_path / "r.yaml").write_text(
+            textwrap.dedent(
+                f"""\
+                version: 1
+                name: learnt
+                capabilities:
+                  http: {{allow: [127.0.0.1], ports: [{port}], allow_http: true,
+                          private_networks: [127.0.0.1/32]}}
+                  shell: {{allow: [echo]}}
+                steps:
+                  - id: login
+                    tool: http.request
+                    params: {{url: "http://127.0.0.1:{port}/login"}}
+                  - id: use
+                    tool: shell.run
+                    params:
+                      argv: [echo, "using ${{{{ steps.login.output.headers['x-session-token'] }}}}"]
+                """
+            ),
+            encoding="utf-8",
+        )
+        store = tmp_path / "runs.db"
+        ran = cli("run", "r.yaml", "--yes", "--json", "--store", store, cwd=tmp_path, environ=env())
+    assert ran.returncode == 0, ran.stderr
+    result = json.loads(ran.stdout)
+    assert result["steps"]["use"]["output"]["stdout"] == "using [REDACTED]\n"
+    assert result["steps"]["login"]["output"]["body"] == "your session is [REDACTED]"
+    data = store.read_bytes()
+    assert LEARNT.encode() not in data
+    assert b"using [REDACTED]" in data  # the step ran, with the token (data is not altered)
