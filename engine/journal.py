@@ -212,7 +212,8 @@ class Journal:
             self.done += 1
         ended: dict[str, Any] = {"status": result.status, "attempts": result.attempts}
         if result.output is not None:  # the error and transcript are redacted already
-            self.secrets.learn(result.output)  # (an agent's answer may hold one)
+            if result.transcript is not None:  # a tool's output was learnt as it came
+                self.secrets.learn(result.output)  # (an agent's answer may hold one)
             ended["output"] = self.redact(result.output)
         if result.error is not None:
             ended["error"] = result.error
