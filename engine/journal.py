@@ -13,7 +13,11 @@ approved call's intent commits its decision with it; losing either costs a harml
 repeat: a gate asks again, a step runs again with its calls served). Read-only calls are
 not journaled on their own: their outputs are in their steps' results, and a resume makes
 them again. Entries are the cassette's models (`ToolResult`, `LLMExchange`, `Approval`,
-`Answer`), keyed the same way, with secrets redacted.
+`Answer`), keyed the same way (a call by the hash of its params as redacted), with secrets
+redacted: the run's one registry, which its executor shares, holds the environment's
+secrets (variables a grant reads included), secret-named inputs (`Journal.plan`), and
+credentials that tools' outputs show by name (`Secrets.learn`, as each call returns). So
+no secret the run knows of is at rest in clear; a resume is given secret inputs again.
 
 A resumed run (`Journal(resumed=...)`, see `engine._journal_resume`) is a replay of what
 finished, then live: a call whose result is journaled is served, not made again; a
