@@ -16,6 +16,7 @@ results stand, as a replan's kept steps do). Every other step runs again, and wi
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +24,7 @@ from pydantic import ValidationError
 
 from engine._graph import step_dependencies
 from engine._scope import step_of
+from engine.capability import Registry
 from engine.cassette import Answer, LLMExchange, ToolResult
 from engine.model import Plan
 from engine.results import KEPT, StepResult
@@ -36,6 +38,7 @@ __all__ = [
     "kept_steps",
     "plan_steps",
     "resumed_from",
+    "steps_in_doubt",
 ]
 
 _ENDED = frozenset({"failed", "denied"})
@@ -147,21 +150,53 @@ def kept_steps(plan: Plan, kept: dict[str, StepResult]) -> dict[str, StepResult]
     return keeping
 
 
+_HOW = frozenset({"idempotent", "confirm", "timeout", "retry"})
+"""A step's keys that say how its calls are made, asked about and tried, not what they do:
+a resume may change them (mark a step in doubt `idempotent: true`, give it longer)."""
+
+
 def changed_steps(before: dict[str, Any], after: dict[str, Any]) -> list[str]:
     """What differs between two plans (as `Plan.to_data()`), one phrase each: the steps
-    changed, added or removed, and the other sections changed."""
+    changed (in more than `_HOW`), added or removed, and the other sections changed."""
     changes: list[str] = []
     old, new = plan_steps(before), plan_steps(after)
     for step_id in old:
         if step_id not in new:
             changes.append(f"step '{step_id}' was removed")
-        elif old[step_id] != new[step_id]:
+        elif _what(old[step_id]) != _what(new[step_id]):
             changes.append(f"step '{step_id}' changed")
     changes += [f"step '{step_id}' was added" for step_id in new if step_id not in old]
     for key in sorted(set(before) | set(after)):
         if key not in ("steps", "finally") and before.get(key) != after.get(key):
             changes.append(f"'{key}:' changed")
     return changes
+
+
+def _what(step: Any) -> Any:
+    """What a step (as data) does: all but how its calls are made (`_HOW`)."""
+    if not isinstance(step, dict):
+        return step
+    return {k: v for k, v in step.items() if k not in _HOW}
+
+
+def steps_in_doubt(
+    resumed: Resumed, plan: Plan, kept: Mapping[str, StepResult], registry: Registry
+) -> tuple[list[str], list[str]]:
+    """The steps a resume runs with a call in doubt, in plan order: those whose call goes
+    to the gate (only a person may make it again), and those whose call is made again
+    unasked (the step or its action is idempotent)."""
+    steps = {step.id: step for step in plan.all_steps()}
+    asked: set[str] = set()
+    unasked: set[str] = set()
+    for key in resumed.doubts:
+        step_id = step_of(key[0])
+        step = steps.get(step_id) if step_id is not None else None
+        if step is None or step.id in kept:
+            continue
+        action = registry.get(key[1])
+        idempotent = step.idempotent or (action is not None and action.idempotent)
+        (unasked if idempotent else asked).add(step.id)
+    return [s for s in steps if s in asked], [s for s in steps if s in unasked - asked]
 
 
 def plan_steps(plan: dict[str, Any] | None) -> dict[str, Any]:

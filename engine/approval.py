@@ -10,11 +10,15 @@ Every `Decision` says who made it, in `by`: `--yes`, `--no`, `terminal` (also `t
 (rule N of the `--policy` file; `policy:default` when no rule matched; `policy:N→terminal`
 when the rule asked the person), `recorded` (replayed from a cassette, for a call whose
 result is replayed too), `journal` (a resumed run's call that ran before the resume: its
-result is reused, nothing runs) or `error` (the approver broke, so the gate failed closed).
+result is reused, nothing runs), `--redo` / `--skip` (a resume's decision on a call in
+doubt, named on the command line) or `error` (the approver broke, so the gate failed
+closed).
 
 A call *in doubt* (`GateRequest.in_doubt`: a resumed run's side-effect call that was in
-flight when the run stopped, so it may already have happened) is approved only by a person
-at the terminal: `--yes`, `--no`, a policy's `allow` and "approve all" deny it, saying why.
+flight when the run stopped, so it may already have happened) is approved only by a person:
+at the terminal, or named on the command line (`InDoubtDecisions`: `resume --redo STEP`
+makes it again, `by: --redo`; `--skip STEP` ends it failed without making it, `by:
+--skip`). `--yes`, `--no`, a policy's `allow` and "approve all" deny it, saying why.
 """
 
 from __future__ import annotations
@@ -38,14 +42,17 @@ from engine.questions import Question, parse_answer
 from engine.results import Decision
 
 __all__ = [
-    "IN_DOUBT",
+    "REDO",
+    "SKIP",
     "ApproveAll",
     "Approver",
     "DenyAll",
     "FailClosed",
     "GateRequest",
     "Gatekeeper",
+    "InDoubtDecisions",
     "TerminalApprover",
+    "in_doubt_reason",
     "params_hash",
 ]
 
@@ -84,6 +91,7 @@ class GateRequest(BaseModel):
         *,
         edited_params: Any = None,
         quit: bool = False,
+        skip: bool = False,
     ) -> Decision:
         """The decision on this call, bound to its exact params (`params_hash`)."""
         return Decision(
@@ -95,6 +103,7 @@ class GateRequest(BaseModel):
             reason=reason,
             edited_params=edited_params,
             quit=quit,
+            skip=skip,
         )
 
 
@@ -125,7 +134,7 @@ class ApproveAll:
 
     async def decide(self, request: GateRequest) -> Decision:
         if request.in_doubt:
-            return request.decision(False, "--yes", IN_DOUBT)
+            return request.decision(False, "--yes", in_doubt_reason(request.step_id))
         return request.decision(True, "--yes")
 
     async def answer(self, step_id: str, question: Question) -> Any:
@@ -145,12 +154,49 @@ class DenyAll:
         return _unattended(question, "--no")
 
 
-IN_DOUBT = (
-    "this call may already have happened, and only a person can decide to make it again "
-    "(--yes and policies cannot): resume in a terminal to answer, or mark the step "
-    "'idempotent: true' if making it twice is harmless"
-)
-"""The reason a call in doubt is denied by anything but a person."""
+def in_doubt_reason(step_id: str) -> str:
+    """The reason a call in doubt of step `step_id` is denied by anything but a person,
+    and the ways forward."""
+    return (
+        "this call may already have happened, and only a person can decide to make it again "
+        f"(--yes and policies cannot): resume in a terminal to answer, or with --redo {step_id} "
+        f"to make it again, or --skip {step_id} to end the step failed without it (its "
+        "fallback and can_fail apply); or mark the step 'idempotent: true' if making it twice "
+        "is harmless"
+    )
+
+
+REDO = "--redo"
+"""The `by` of a call in doubt made again because `resume --redo STEP` named its step."""
+SKIP = "--skip"
+"""The `by` of a call in doubt not made because `resume --skip STEP` named its step."""
+
+
+class InDoubtDecisions:
+    """A person's decisions on calls in doubt, given on the command line (`planloom resume
+    ID --redo STEP --skip STEP`), for a resume with no terminal: a call in doubt of a step
+    in `redo` is approved (`by: --redo`), one of a step in `skip` is not made and counts as
+    failed (`by: --skip`, `Decision.skip`). Everything else goes to `inner`.
+
+    The command checks the names first: each names a step with a call in doubt, and no
+    step is in both.
+    """
+
+    def __init__(self, inner: Approver, *, redo: frozenset[str], skip: frozenset[str]) -> None:
+        self.inner = inner
+        self.redo = redo
+        self.skip = skip
+
+    async def decide(self, request: GateRequest) -> Decision:
+        if request.in_doubt and request.step_id in self.redo:
+            return request.decision(True, REDO, "made again: the person's decision (--redo)")
+        if request.in_doubt and request.step_id in self.skip:
+            reason = f"skipped by --skip: the call of {request.action} may already have happened"
+            return request.decision(False, SKIP, reason, skip=True)
+        return await self.inner.decide(request)
+
+    async def answer(self, step_id: str, question: Question) -> Any:
+        return await self.inner.answer(step_id, question)
 
 
 class FailClosed:
@@ -163,7 +209,8 @@ class FailClosed:
 
     async def decide(self, request: GateRequest) -> Decision:
         if request.in_doubt:
-            return request.decision(False, "fail-closed", f"no terminal: {IN_DOUBT}")
+            reason = f"no terminal: {in_doubt_reason(request.step_id)}"
+            return request.decision(False, "fail-closed", reason)
         return request.decision(False, "fail-closed", self.reason)
 
     async def answer(self, step_id: str, question: Question) -> Any:

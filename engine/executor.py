@@ -34,6 +34,7 @@ from engine.backend import Backend
 from engine.capability import Registry
 from engine.errors import (
     ApprovalDenied,
+    OutcomeUnknown,
     StepError,
     TemplateError,
 )
@@ -453,6 +454,8 @@ class Executor:
             in_doubt=in_doubt or None,
             **detail,
         )
+        if decision.skip:  # not made, as if its outcome were unknown: the step's rules apply
+            raise OutcomeUnknown(decision.reason or "skipped", step_id=step_id)
         if not decision.approved:
             raise ApprovalDenied(decision.reason, step_id=step_id, in_doubt=in_doubt)
         return decision.edited_params if edited else params

@@ -24,7 +24,8 @@ finished, then live: a call whose result is journaled is served, not made again;
 side-effect call whose intent is journaled with no result (it was in flight when the run
 stopped) is *in doubt*: the sandbox runs it again only if its action or step is
 idempotent, else it puts it to the gate, where only a person may approve it (`--yes` and
-policies cannot).
+policies cannot), at the terminal or on the command line (`resume --redo STEP`; `--skip
+STEP` ends it failed unmade, and settles it: its step's fallback is not taken for it).
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ class Journal:
         self.secrets = secrets if secrets is not None else Secrets.from_environ()
         self.resumed = resumed
         self.ordinals: Counter[tuple[Any, ...]] = Counter()
-        self.settled: set[ToolKey] = set()  # calls in doubt that were made again
+        self.settled: set[ToolKey] = set()  # calls in doubt made again, or skipped
         self.done = len(resumed.kept) if resumed is not None else 0
         self.steps = 0
         self._started: dict[str, float] = {}
@@ -256,6 +257,22 @@ class Journal:
             data["llm"] = dict(usage)
         self.write("step", step_id, data, durable=False)
 
+    def doubt(self, key: ToolKey) -> tuple[ToolKey, Intent] | None:
+        """The intent with no result the call of `key` may repeat: its own, or, when its
+        params changed since (an input given again, a read made again), one of the same step
+        (or item) and action that no call has taken up yet."""
+        resumed = self.resumed
+        assert resumed is not None
+        if key in resumed.tools:
+            return None
+        settled = self.settled
+        if key in resumed.doubts and key not in settled:
+            return key, resumed.doubts[key]
+        for other, intent in resumed.doubts.items():
+            if other[:2] == key[:2] and other not in settled and other not in resumed.tools:
+                return other, intent
+        return None
+
     def _key(self, call: ToolCall, *, peek: bool) -> tuple[ToolKey, Any]:
         """The call's journal key (as a cassette's) and its redacted params."""
         scope = current_scope() or call.step_id
@@ -291,7 +308,7 @@ class _JournalResults:
     def in_doubt(self, call: ToolCall) -> str | None:
         if self.journal.resumed is not None and call.recorded and not call.read_only:
             key, _ = self.journal._key(call, peek=True)
-            doubt = self._doubt(key)
+            doubt = self.journal.doubt(key)
             if doubt is not None:
                 _, intent = doubt
                 when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(intent.at))
@@ -301,22 +318,6 @@ class _JournalResults:
                     f"stopped ({when}): it may already have happened"
                 )
         return self.inner.in_doubt(call)
-
-    def _doubt(self, key: ToolKey) -> tuple[ToolKey, Intent] | None:
-        """The intent with no result this call may repeat: its own, or, when its params
-        changed since (an input given again, a read made again), one of the same step (or
-        item) and action that no call has taken up yet."""
-        resumed = self.journal.resumed
-        assert resumed is not None
-        if key in resumed.tools:
-            return None
-        settled = self.journal.settled
-        if key in resumed.doubts and key not in settled:
-            return key, resumed.doubts[key]
-        for other, intent in resumed.doubts.items():
-            if other[:2] == key[:2] and other not in settled and other not in resumed.tools:
-                return other, intent
-        return None
 
     async def result(
         self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
@@ -430,6 +431,14 @@ class _JournalApprover:
             # journal's promise that this call's result is served, so nothing runs.
             return request.decision(True, JOURNAL, "ran before the resume; its result is reused")
         decision = await self.inner.decide(request)
+        if request.in_doubt and decision.skip:
+            # Not made, and counted as failed: what runs next in its step (its fallback) is
+            # not that call, whatever its action.
+            scope = current_scope() or request.step_id
+            ordinal = journal.ordinals[("tool", scope, request.action, params_hash)]
+            doubt = journal.doubt((scope, request.action, params_hash, ordinal))
+            if doubt is not None:
+                journal.settled.add(doubt[0])
         journal.write(
             "approval",
             request.step_id,

@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING, Any
 
 from engine._policy_file import load_policy, parse_policy_text
 from engine._policy_rules import ParamPattern, Policy, PolicyRule, Scalar, Verdict
-from engine.approval import IN_DOUBT, Approver, GateRequest, _unattended
+from engine.approval import Approver, GateRequest, _unattended, in_doubt_reason
 from engine.results import Decision
 
 if TYPE_CHECKING:
@@ -85,7 +85,8 @@ class PolicyApprover:
             return await self._ask(request, "asked again after a refused edit", _RE_ASK)
         if request.in_doubt:  # no rule may approve it: the person, or nobody
             if self.ask is None:
-                return _decision(request, False, f"no terminal: {IN_DOUBT}", "fail-closed")
+                reason = f"no terminal: {in_doubt_reason(request.step_id)}"
+                return _decision(request, False, reason, "fail-closed")
             return await self._ask(request, "the call may already have happened", _DEFAULT)
         found = self.policy.match(request.action, request.params)
         if found is None:

@@ -129,6 +129,12 @@ class Decision(BaseModel):
     reason: str | None = None
     edited_params: Any = Field(None, description="Params the person changed before approving.")
     quit: bool = Field(False, description="The person chose to stop the whole run.")
+    skip: bool = Field(
+        False,
+        exclude=True,  # `by: --skip` says it where decisions are shown
+        description="A call in doubt not made, counted as failed (`resume --skip STEP`): "
+        "the step's fallback and `can_fail` apply.",
+    )
     at: float | None = Field(
         default_factory=time.time,
         description="When it was decided (epoch s); null for a decision a replay served: a "

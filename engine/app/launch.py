@@ -78,6 +78,9 @@ class RunSettings:
     executor: str | None = None
     plugin: tuple[str, ...] = ()
     force: bool = False
+    # `resume --redo STEP` / `--skip STEP`: decisions on calls in doubt (checked by `resume`).
+    redo: tuple[str, ...] = ()
+    skip: tuple[str, ...] = ()
 
     @classmethod
     def from_args(cls, args: argparse.Namespace, **overrides: Any) -> RunSettings:
@@ -86,6 +89,8 @@ class RunSettings:
         if hasattr(args, "input"):
             given["inputs"] = tuple(args.input)
         given["plugin"] = tuple(map(_portable_plugin, getattr(args, "plugin", None) or ()))
+        given["redo"] = tuple(getattr(args, "redo", None) or ())
+        given["skip"] = tuple(getattr(args, "skip", None) or ())
         return cls(**{**given, **overrides})
 
 
@@ -222,6 +227,8 @@ def run_session(
             yes=settings.yes,
             no=settings.no,
             policy=policy,
+            redo=frozenset(settings.redo),
+            skip=frozenset(settings.skip),
             verbose=settings.verbose,
             log_stream=log_stream,
             save_plan=settings.output,

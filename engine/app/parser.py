@@ -109,6 +109,22 @@ def _resume(sub: Subparsers) -> None:
     )
     resume.add_argument("run_id", metavar="RUN_ID", help="the run (`planloom runs` lists them)")
     run_flags(resume, yes="approve every confirmation gate", no="deny every confirmation gate")
+    resume.add_argument(
+        "--redo",
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="make STEP's call that may already have happened (in flight when the run "
+        "stopped) again: your decision, as at the terminal (repeatable)",
+    )
+    resume.add_argument(
+        "--skip",
+        action="append",
+        default=[],
+        metavar="STEP",
+        help="do not make STEP's call that may already have happened again: the step fails, "
+        "and its fallback, can_fail and on_failure apply (repeatable)",
+    )
 
 
 def _replay(sub: Subparsers) -> None:

@@ -20,7 +20,14 @@ from engine._sanitize import neutralize
 from engine._yaml import parse_recipe_text
 from engine.app.console import LiveProgress, console_on
 from engine.app.logs import subscribe_logs
-from engine.approval import ApproveAll, Approver, DenyAll, FailClosed, TerminalApprover
+from engine.approval import (
+    ApproveAll,
+    Approver,
+    DenyAll,
+    FailClosed,
+    InDoubtDecisions,
+    TerminalApprover,
+)
 from engine.capability import Registry
 from engine.diagnostics import render_diagnostics
 from engine.errors import PlanValidationError
@@ -49,6 +56,8 @@ class TerminalFrontend:
         base_dir: where an edited plan's relative paths start.
         yes / no: `--yes` approves the plan and every gate; `--no` denies them.
         policy: rules that decide gates first (their `ask` goes to the person).
+        redo / skip: `resume --redo STEP` / `--skip STEP`: the person's decisions on these
+            steps' calls in doubt, before anything else is asked.
         verbose: every event on stderr (and no live view).
         log_stream: every event as JSON lines (`--log-file`).
         save_plan: where a model-written plan is saved (`plan -o FILE`).
@@ -61,6 +70,8 @@ class TerminalFrontend:
     yes: bool = False
     no: bool = False
     policy: Policy | None = None
+    redo: frozenset[str] = frozenset()
+    skip: frozenset[str] = frozenset()
     verbose: bool = False
     log_stream: TextIO | None = None
     save_plan: str | None = None
@@ -134,6 +145,12 @@ class TerminalFrontend:
             self.spans(events)
 
     def _approver(self, live: LiveProgress | None) -> Approver:
+        approver = self._gates(live)
+        if self.redo or self.skip:  # what the person decided on the command line comes first
+            return InDoubtDecisions(approver, redo=self.redo, skip=self.skip)
+        return approver
+
+    def _gates(self, live: LiveProgress | None) -> Approver:
         person: Approver | None = None
         if self.yes:
             person = ApproveAll()

@@ -2,7 +2,10 @@
 
 Steps that ended well are kept; the rest run, served from the journal where their calls
 already happened (see `engine.journal`). The recipe is read again and must be the one the
-run started from: a changed step is refused by name.
+run started from: a changed step is refused by name (changing only how its calls are made,
+`idempotent`, `confirm`, `timeout` or `retry`, is not a change). `--redo STEP` / `--skip
+STEP` decide STEP's call in doubt without a terminal (`engine.approval.InDoubtDecisions`);
+each must name a step with one.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine._journal_resume import changed_steps, kept_steps
+from engine._journal_resume import Resumed, changed_steps, kept_steps, steps_in_doubt
 from engine._sanitize import neutralize
 from engine._secrets import Secrets
 from engine._secrets_text import REDACTED
@@ -43,6 +46,9 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         )
     if settings.dry_run:
         return _refuse("resume cannot be a dry run: the run it continues made its calls")
+    both = sorted(set(settings.redo) & set(settings.skip))
+    if both:
+        return _refuse(f"--redo and --skip both name step '{both[0]}': decide one or the other")
     store = open_for_reading(settings.store)
     try:
         ready = _prepare(store, args.run_id, settings, registry)
@@ -89,12 +95,15 @@ def _prepare(
     plan = _plan(record.recipe, journal.plan, registry, base_dir, as_json=settings.json)
     if isinstance(plan, int):
         return plan
+    journal.kept = kept_steps(plan, journal.kept)
+    refused = _decided(journal, plan, registry, redo=settings.redo, skip=settings.skip)
+    if refused is not None:
+        return _refuse(refused)
     seen = found.entries[-1].seq if found.entries else -1
     claimed = store.claim(record.id, os.getpid(), process_start(os.getpid()), seen=seen)
     store.append(
         record.id, "start", None, {"segment": claimed.segments, "pid": os.getpid()}, durable=True
     )
-    journal.kept = kept_steps(plan, journal.kept)
     kept, doubts = len(journal.kept), len(journal.doubts)
     sys.stderr.write(
         f"resuming run {neutralize(record.id)}: {kept} step{'s' if kept != 1 else ''} kept, "
@@ -106,6 +115,34 @@ def _prepare(
         inputs={k: input_text(v) for k, v in journal.inputs.items()},
     )
     return plan, record, resume
+
+
+def _decided(
+    journal: Resumed,
+    plan: Plan,
+    registry: Registry,
+    *,
+    redo: tuple[str, ...],
+    skip: tuple[str, ...],
+) -> str | None:
+    """Why `--redo`/`--skip` cannot be taken as given (None: they can): each must name a
+    step whose call in doubt only a person may make again."""
+    asked, unasked = steps_in_doubt(journal, plan, journal.kept, registry)
+    for flag, names in (("--redo", redo), ("--skip", skip)):
+        for name in names:
+            if name in asked:
+                continue
+            if name in unasked:
+                why = f"step '{name}' is idempotent: its call in doubt is made again unasked"
+            else:
+                why = f"step '{name}' has no call in doubt"
+            these = ", ".join(asked)
+            return f"{flag} {name}: {why}; " + (
+                f"the steps with a call in doubt are: {these}"
+                if asked
+                else "no call of this run is in doubt"
+            )
+    return None
 
 
 def _plan(
