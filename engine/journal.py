@@ -25,7 +25,7 @@ side-effect call whose intent is journaled with no result (it was in flight when
 stopped) is *in doubt*: the sandbox runs it again only if its action or step is
 idempotent, else it puts it to the gate, where only a person may approve it (`--yes` and
 policies cannot), at the terminal or on the command line (`resume --redo STEP`; `--skip
-STEP` ends it failed unmade, and settles it: its step's fallback is not taken for it).
+STEP` ends it failed, unmade: its step's fallback runs, unless it is that very call).
 """
 
 from __future__ import annotations
@@ -101,7 +101,8 @@ class Journal:
         self.secrets = secrets if secrets is not None else Secrets.from_environ()
         self.resumed = resumed
         self.ordinals: Counter[tuple[Any, ...]] = Counter()
-        self.settled: set[ToolKey] = set()  # calls in doubt made again, or skipped
+        self.settled: set[ToolKey] = set()  # calls in doubt that were made again
+        self.skipped: set[ToolKey] = set()  # calls in doubt skipped (`resume --skip`)
         self.done = len(resumed.kept) if resumed is not None else 0
         self.steps = 0
         self._started: dict[str, float] = {}
@@ -260,7 +261,8 @@ class Journal:
     def doubt(self, key: ToolKey) -> tuple[ToolKey, Intent] | None:
         """The intent with no result the call of `key` may repeat: its own, or, when its
         params changed since (an input given again, a read made again), one of the same step
-        (or item) and action that no call has taken up yet."""
+        (or item) and action that no call has taken up yet (a skipped one stands for no
+        other call: its step's fallback runs, unless it is that very call)."""
         resumed = self.resumed
         assert resumed is not None
         if key in resumed.tools:
@@ -269,7 +271,12 @@ class Journal:
         if key in resumed.doubts and key not in settled:
             return key, resumed.doubts[key]
         for other, intent in resumed.doubts.items():
-            if other[:2] == key[:2] and other not in settled and other not in resumed.tools:
+            if (
+                other[:2] == key[:2]
+                and other not in settled
+                and other not in self.skipped
+                and other not in resumed.tools
+            ):
                 return other, intent
         return None
 
@@ -433,12 +440,12 @@ class _JournalApprover:
         decision = await self.inner.decide(request)
         if request.in_doubt and decision.skip:
             # Not made, and counted as failed: what runs next in its step (its fallback) is
-            # not that call, whatever its action.
+            # taken for it only if it is that very call.
             scope = current_scope() or request.step_id
             ordinal = journal.ordinals[("tool", scope, request.action, params_hash)]
             doubt = journal.doubt((scope, request.action, params_hash, ordinal))
             if doubt is not None:
-                journal.settled.add(doubt[0])
+                journal.skipped.add(doubt[0])
         journal.write(
             "approval",
             request.step_id,

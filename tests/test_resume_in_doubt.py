@@ -134,6 +134,22 @@ def test_skip_runs_the_fallback_of_the_step_in_doubt(tmp_path: Path) -> None:
         assert decided == [("w1", False, "--skip"), ("w1", True, "--yes")], decided
 
 
+def test_skip_does_not_let_a_fallback_make_the_very_call_in_doubt(tmp_path: Path) -> None:
+    """A fallback that is the call in doubt itself (same action, same params): `--skip w1
+    --yes` makes it neither as the primary nor as the fallback; the step ends `failed`."""
+    with lab(tmp_path) as it:
+        run_id = _killed_in_w1(
+            it, W1 + "    fallback: {tool: shell.run, params: {argv: [sh, w.sh, w1]}}\n"
+        )
+        skipped = it.cli("resume", run_id, "--skip", "w1", "--yes", "--json")
+        result = _json(skipped)
+        assert skipped.returncode == 1, skipped.stderr
+        w1 = result["steps"]["w1"]
+        assert w1["status"] == "failed", w1
+        assert "fallback failed" in w1["error"], w1
+        assert it.ledger() == ["w1"]
+
+
 def test_a_name_not_in_doubt_is_exit_2_naming_the_steps_in_doubt_and_nothing_runs(
     tmp_path: Path,
 ) -> None:
