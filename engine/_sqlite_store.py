@@ -7,25 +7,34 @@ one transaction each before `append` returns; other entries (step results, decis
 in a batch that goes with the next commit, at most `BATCH` entries or `BATCH_SECONDS`
 later. `synchronous=NORMAL`: a commit survives the process being killed;
 a power cut may lose the last ones (see README).
+
+Each entry carries a hash chained to the one before it (`entry_hash`), the first to one
+made from the run's fixed fields, and the run's row keeps the last hash and the count: a
+journal read back with an entry deleted, inserted, moved or edited (by hand, with the
+sqlite3 CLI) is refused at that entry, before anything reads it. The chain has no key: it
+finds edits and damage, not a forger who computes it again.
 """
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import json
 import os
 import sqlite3
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NoReturn, get_args
 
 from engine.errors import ConfigurationError
 from engine.store import Entry, EntryKind, JSONText, RunRecord
 
-__all__ = ["SqliteStore", "is_alive", "open_store", "process_start"]
+__all__ = ["SqliteStore", "entry_hash", "first_hash", "is_alive", "open_store", "process_start"]
 
-FORMAT = 1
+FORMAT = 2
+"""2: entries are hash-chained (`journal.hash`, `runs.head`, `runs.entries`); a store of
+format 1 is chained as it stands when a planloom of format 2 first opens it."""
 _KINDS = frozenset(get_args(EntryKind))
 _encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
 
@@ -58,7 +67,9 @@ CREATE TABLE IF NOT EXISTS runs (
     usage TEXT NOT NULL DEFAULT '{}',
     pid INTEGER,
     pid_start TEXT,
-    segments INTEGER NOT NULL DEFAULT 1
+    segments INTEGER NOT NULL DEFAULT 1,
+    head TEXT,
+    entries INTEGER
 );
 CREATE TABLE IF NOT EXISTS journal (
     run_id TEXT NOT NULL,
@@ -67,6 +78,7 @@ CREATE TABLE IF NOT EXISTS journal (
     kind TEXT NOT NULL,
     scope TEXT,
     data TEXT NOT NULL,
+    hash TEXT,
     PRIMARY KEY (run_id, seq)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
@@ -90,14 +102,31 @@ _FIELDS = (
 
 
 def process_start(pid: int) -> str | None:
-    """The start time of process `pid` (clock ticks since boot), or None if it is gone."""
+    """The start time of process `pid` (clock ticks since boot), or None if it is gone: a
+    zombie (killed, not yet reaped by its parent) is gone too."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
     fields = stat.rsplit(")", 1)[-1].split()
-    return fields[19] if len(fields) > 19 else None
+    if len(fields) <= 19 or fields[0] in ("Z", "X"):
+        return None
+    return fields[19]
+
+
+def first_hash(run_id: str, recipe: str | None, base_dir: str) -> str:
+    """What a run's first entry is chained to: its id and the fields a resume trusts (the
+    recipe read again, the folder its paths start in)."""
+    fixed = _encode(["planloom run", run_id, recipe, base_dir])
+    return hashlib.sha256(fixed.encode("utf-8", "surrogatepass")).hexdigest()
+
+
+def entry_hash(prev: str, seq: int, at: float, kind: str, scope: str | None, text: str) -> str:
+    """The hash of one entry, chained to `prev` (the entry before it, or `first_hash`)."""
+    where = "-" if scope is None else f"+{len(scope)}:{scope}"
+    head = f"{prev}\n{seq}\n{at!r}\n{len(kind)}:{kind}\n{where}\n"
+    return hashlib.sha256((head + text).encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def open_store(path: str | Path, *, create: bool = True) -> SqliteStore:
@@ -128,6 +157,8 @@ class SqliteStore:
             found = self._db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
             if found is None:
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(FORMAT),))
+            elif found[0] == "1":
+                self._chain_format_1()
             elif found[0] != str(FORMAT):
                 raise ConfigurationError(
                     f"run store {path}: format {found[0]} is not supported (this planloom "
@@ -145,9 +176,37 @@ class SqliteStore:
         except OSError as exc:
             self._close_quietly()
             raise ConfigurationError(f"run store {path}: {exc.strerror or exc}") from None
-        self._pending: list[tuple[str, int, float, str, str | None, str]] = []
+        self._pending: list[tuple[str, int, float, str, str | None, str, str]] = []
         self._since = time.monotonic()
         self._seq: dict[str, int] = {}
+        self._head: dict[str, str] = {}
+
+    def _chain_format_1(self) -> None:
+        """A store of format 1 (no hashes): every run chained as it stands, once."""
+        with self._transaction():
+            found = self._db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
+            if found is None or found[0] != "1":  # another process did it first
+                return
+            self._db.execute("ALTER TABLE journal ADD COLUMN hash TEXT")
+            self._db.execute("ALTER TABLE runs ADD COLUMN head TEXT")
+            self._db.execute("ALTER TABLE runs ADD COLUMN entries INTEGER")
+            runs = self._db.execute("SELECT id, recipe, base_dir FROM runs").fetchall()
+            for run_id, recipe, base_dir in runs:
+                head, count = first_hash(str(run_id), recipe, str(base_dir)), 0
+                rows = self._db.execute(
+                    "SELECT seq, at, kind, scope, data FROM journal WHERE run_id=? ORDER BY seq",
+                    (run_id,),
+                ).fetchall()
+                for seq, at, kind, scope, text in rows:
+                    head = entry_hash(head, seq, at, str(kind), scope, str(text))
+                    self._db.execute(
+                        "UPDATE journal SET hash=? WHERE run_id=? AND seq=?", (head, run_id, seq)
+                    )
+                    count += 1
+                self._db.execute(
+                    "UPDATE runs SET head=?, entries=? WHERE id=?", (head, count, run_id)
+                )
+            self._db.execute("UPDATE meta SET value=? WHERE key='format'", (str(FORMAT),))
 
     def _close_quietly(self) -> None:
         db = getattr(self, "_db", None)
@@ -157,13 +216,15 @@ class SqliteStore:
     # -- writing -------------------------------------------------------------------------
 
     def begin(self, record: RunRecord) -> None:
-        row = _row(record)
+        head = first_hash(record.id, record.recipe, record.base_dir)
         with self._transaction():
             self._db.execute(
-                f"INSERT INTO runs ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
-                row,
+                f"INSERT INTO runs ({', '.join(_FIELDS)}, head, entries) "
+                f"VALUES ({', '.join('?' * len(_FIELDS))}, ?, 0)",
+                (*_row(record), head),
             )
         self._seq[record.id] = 0
+        self._head[record.id] = head
 
     def claim(
         self, run_id: str, pid: int, pid_start: str | None, *, seen: int | None = None
@@ -179,6 +240,7 @@ class SqliteStore:
             last = self._db.execute(
                 "SELECT COALESCE(MAX(seq), -1) FROM journal WHERE run_id=?", (run_id,)
             ).fetchone()[0]
+            head = self._db.execute("SELECT head FROM runs WHERE id=?", (run_id,)).fetchone()[0]
             if seen is not None and last != seen:
                 raise ConfigurationError(
                     f"run {run_id} changed while it was being read (another planloom resumed "
@@ -190,6 +252,7 @@ class SqliteStore:
                 (pid, pid_start, run_id),
             )
         self._seq[run_id] = last + 1
+        self._head[run_id] = str(head)
         record.status, record.pid, record.pid_start = "running", pid, pid_start
         record.finished = None
         record.segments += 1
@@ -203,7 +266,9 @@ class SqliteStore:
         text = str(data) if isinstance(data, JSONText) else _encode(data)
         if not text.isascii():
             text = _storable(text)
-        self._pending.append((run_id, seq, time.time(), kind, scope, text))
+        at = time.time()
+        head = self._head[run_id] = entry_hash(self._head[run_id], seq, at, kind, scope, text)
+        self._pending.append((run_id, seq, at, kind, scope, text, head))
         if (
             durable
             or len(self._pending) >= BATCH
@@ -247,7 +312,13 @@ class SqliteStore:
 
     def _write_pending(self) -> None:
         if self._pending:
-            self._db.executemany("INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)", self._pending)
+            self._db.executemany(
+                "INSERT INTO journal (run_id, seq, at, kind, scope, data, hash) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?)",
+                self._pending,
+            )
+            heads = {row[0]: (row[6], row[1] + 1, row[0]) for row in self._pending}
+            self._db.executemany("UPDATE runs SET head=?, entries=? WHERE id=?", heads.values())
             self._pending = []
         self._since = time.monotonic()
 
@@ -279,11 +350,61 @@ class SqliteStore:
         return [_record(row) for row in rows]
 
     def journal(self, run_id: str) -> list[Entry]:
-        rows = self._db.execute(
-            "SELECT seq, at, kind, scope, data FROM journal WHERE run_id=? ORDER BY seq",
-            (run_id,),
-        ).fetchall()
-        return [self._entry(run_id, *row) for row in rows]
+        """A run's journal, in order, checked whole against its chain.
+
+        Raises:
+            ConfigurationError: an entry cannot be read, or the journal is not the one
+                planloom wrote (an entry deleted, inserted, moved or edited), naming it.
+        """
+        self._db.execute("BEGIN")  # one snapshot: the run's row and its entries agree
+        try:
+            fixed = self._db.execute(
+                "SELECT recipe, base_dir, head, entries FROM runs WHERE id=?", (run_id,)
+            ).fetchone()
+            rows = self._db.execute(
+                "SELECT seq, at, kind, scope, data, hash FROM journal WHERE run_id=? ORDER BY seq",
+                (run_id,),
+            ).fetchall()
+        finally:
+            self._db.execute("COMMIT")
+        entries = [self._entry(run_id, *row[:5]) for row in rows]
+        if fixed is not None:
+            self._check_chain(run_id, fixed, rows)
+        return entries
+
+    def _check_chain(
+        self, run_id: str, fixed: tuple[Any, ...], rows: list[tuple[Any, ...]]
+    ) -> None:
+        recipe, base_dir, last, count = fixed
+        if not isinstance(last, str) or not isinstance(count, int):
+            self._edited(run_id, "its record lost the hash of its journal")
+        head = first_hash(run_id, recipe, str(base_dir))
+        for expected, (seq, at, kind, scope, text, stored) in enumerate(rows):
+            if seq != expected:
+                self._edited(
+                    run_id, f"{_missing(expected, seq)} missing before entry {seq} ({kind})"
+                )
+            head = entry_hash(head, seq, at, str(kind), scope, str(text))
+            if stored != head:
+                self._edited(
+                    run_id,
+                    f"entry {seq} ({kind}) is not the one planloom wrote there (edited, moved "
+                    "or inserted, or the run's recipe or folder was changed)",
+                )
+        if len(rows) < count:
+            self._edited(run_id, f"{_missing(len(rows), count)} missing at its end")
+        if len(rows) > count or head != last:
+            self._edited(
+                run_id,
+                f"entry {len(rows) - 1} ({rows[-1][2] if rows else '-'}) is not the last one "
+                f"planloom wrote (it wrote {count} entries)",
+            )
+
+    def _edited(self, run_id: str, what: str) -> NoReturn:
+        raise ConfigurationError(
+            f"run store {self.path}: the journal of run {run_id} was edited: {what}; the run "
+            "cannot be shown or resumed"
+        )
 
     def _entry(self, run_id: str, seq: Any, at: Any, kind: Any, scope: Any, text: Any) -> Entry:
         """A row as an `Entry`, checked: a store edited by hand or damaged is refused,
@@ -360,3 +481,8 @@ _TYPED: tuple[tuple[str, type | tuple[type, ...], Any], ...] = (
     ("segments", int, 1),
     ("recipe", (str, type(None)), None),
 )
+
+
+def _missing(first: int, end: int) -> str:
+    """`entry 15 is` or `entries 16 to 97 are`: the numbers from `first` to before `end`."""
+    return f"entry {first} is" if end == first + 1 else f"entries {first} to {end - 1} are"

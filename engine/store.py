@@ -150,7 +150,13 @@ class RunStore(Protocol):
         ...
 
     def journal(self, run_id: str) -> list[Entry]:
-        """A run's journal, in order."""
+        """A run's journal, in order, checked whole.
+
+        Raises:
+            ConfigurationError: an entry cannot be read, or the journal is not the one
+                planloom wrote (an entry deleted, inserted, moved or edited by hand): the
+                message names the run and the entry.
+        """
         ...
 
     def close(self) -> None: ...

@@ -20,10 +20,10 @@ from typing import Any
 
 from _procs import PLANLOOM, TIMEOUT, env, marker_seconds, pids_with, planloom
 
-from engine._sqlite_store import open_store
+from engine._sqlite_store import entry_hash, first_hash, open_store
 from engine.store import RunRecord
 
-__all__ = ["TESTS", "Lab", "forged_store", "lab"]
+__all__ = ["TESTS", "Lab", "forged_store", "lab", "rechain"]
 
 TESTS = Path(__file__).parent
 WATCH = 60.0  # seconds to wait for a moment: generous on a loaded machine
@@ -170,9 +170,29 @@ def forged_store(
         store.close()
     with contextlib.closing(sqlite3.connect(path)) as db, db:
         db.executemany(
-            "INSERT INTO journal VALUES (?, ?, ?, ?, ?, ?)",
+            "INSERT INTO journal (run_id, seq, at, kind, scope, data) VALUES (?, ?, ?, ?, ?, ?)",
             [
                 (run_id, seq, now - 4 + seq * 0.01, kind, scope, data)
                 for seq, (kind, scope, data) in enumerate(rows)
             ],
         )
+    rechain(path, run_id)
+
+
+def rechain(path: Path, run_id: str) -> None:
+    """Hash run `run_id`'s journal again as it now stands, as a forger who knows how
+    planloom chains its entries would after editing them (the chain has no key): what is
+    behind the chain must hold on its own."""
+    with contextlib.closing(sqlite3.connect(path)) as db, db:
+        recipe, base_dir = db.execute(
+            "SELECT recipe, base_dir FROM runs WHERE id=?", (run_id,)
+        ).fetchone()
+        head = first_hash(run_id, recipe, base_dir)
+        rows = db.execute(
+            "SELECT seq, at, kind, scope, data FROM journal WHERE run_id=? ORDER BY seq",
+            (run_id,),
+        ).fetchall()
+        for seq, at, kind, scope, data in rows:
+            head = entry_hash(head, seq, at, kind, scope, data)
+            db.execute("UPDATE journal SET hash=? WHERE run_id=? AND seq=?", (head, run_id, seq))
+        db.execute("UPDATE runs SET head=?, entries=? WHERE id=?", (head, len(rows), run_id))

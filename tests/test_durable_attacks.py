@@ -31,7 +31,7 @@ from typing import Any
 
 import pexpect
 import pytest
-from _durable_attacks import TESTS, Lab, forged_store, lab
+from _durable_attacks import TESTS, Lab, forged_store, lab, rechain
 from _procs import PLANLOOM, TIMEOUT, env
 
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ToolCall
@@ -368,9 +368,11 @@ def test_ctrl_c_then_resume_never_makes_the_call_again_without_a_person(tmp_path
                     "in_doubt": True,
                 }
                 db.execute(
-                    "INSERT INTO journal VALUES (?, ?, 1e9, 'approval', ?, ?)",
+                    "INSERT INTO journal (run_id, seq, at, kind, scope, data) "
+                    "VALUES (?, ?, 1e9, 'approval', ?, ?)",
                     (run_id, last + n, step, json.dumps(forged)),
                 )
+        rechain(it.store, run_id)  # as one who knows the chain: the gate must hold anyway
         tries = {  # flags: who decides
             (): "fail-closed",
             ("--policy", "allow.yaml"): "fail-closed",
@@ -559,6 +561,7 @@ def test_a_hand_edited_journal_is_refused_with_a_message_not_a_traceback(
         if sql:
             with contextlib.closing(sqlite3.connect(it.store)) as db, db:
                 db.execute(sql)
+            rechain(it.store, "abcabcabcabc")  # what is read must be refused, not only its hash
         args = (command[0], "abcabcabcabc", *command[1:]) if command != ("runs",) else command
         if command[0] == "report":
             args = (*args, "-o", "page.html")

@@ -202,11 +202,12 @@ def test_a_store_file_that_is_not_sqlite_exits_2_with_a_message(tmp_path: Path) 
     assert path.read_bytes() == b"this is not a database\n" * 200  # left as it was
 
 
-def test_runs_without_a_store_exits_2_naming_the_path_and_store_flag(tmp_path: Path) -> None:
+def test_runs_without_a_store_is_an_empty_list_naming_the_path(tmp_path: Path) -> None:
     proc = cli("runs", cwd=tmp_path)
-    assert proc.returncode == 2
-    assert str(tmp_path / ".planloom" / "runs.db") in proc.stderr
-    assert "--store" in proc.stderr
+    assert (proc.returncode, proc.stderr) == (0, "")
+    assert proc.stdout == f"no runs in {tmp_path / '.planloom' / 'runs.db'}\n"
+    listed = cli("runs", "--json", cwd=tmp_path)
+    assert (listed.returncode, json.loads(listed.stdout)) == (0, [])
     assert not (tmp_path / ".planloom").exists()  # reading never creates a store
 
 

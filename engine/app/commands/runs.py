@@ -3,27 +3,35 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 from engine._journal_resume import resumed_from
 from engine._sanitize import neutralize
+from engine.app.launch import store_path
 from engine.app.output import EXIT_INVALID, EXIT_OK, print_json
 from engine.app.stored import INTERRUPTED, open_for_reading, shown_status
 from engine.capability import Registry
+from engine.errors import ConfigurationError
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:
     if args.limit < 1:
         sys.stderr.write("planloom: error: --limit must be at least 1\n")
         return EXIT_INVALID
+    path = store_path(args.store, Path.cwd())
+    if not path.exists():  # nothing was run here yet: an empty list, not an error
+        return _empty(args, str(path))
     store = open_for_reading(args.store)
     try:
         records = store.runs(args.limit)
         for record in records:
             if shown_status(record) == INTERRUPTED:  # counted at the end, which never came
-                record.done = len(resumed_from(store.journal(record.id)).kept)
+                with contextlib.suppress(ConfigurationError):  # `show` says what is wrong
+                    record.done = len(resumed_from(store.journal(record.id)).kept)
     finally:
         store.close()
     rows: list[dict[str, Any]] = [
@@ -41,11 +49,10 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
         }
         for r in records
     ]
+    if not rows:
+        return _empty(args, store.path)
     if args.json:
         print_json(rows)
-        return EXIT_OK
-    if not rows:
-        sys.stdout.write(f"no runs in {store.path}\n")
         return EXIT_OK
     sys.stdout.write(
         f"{'id':<12}  {'status':<11}  {'started':<19}  {'time':>8}  {'steps':>9}  "
@@ -62,4 +69,12 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
             f"{row['done']:>4}/{row['steps']:<4}  {usage.get('tool_calls', 0):>5}  "
             f"{usage.get('llm_calls', 0):>5}  {where}\n"
         )
+    return EXIT_OK
+
+
+def _empty(args: argparse.Namespace, where: str) -> int:
+    if args.json:
+        print_json([])
+    else:
+        sys.stdout.write(f"no runs in {neutralize(where)}\n")
     return EXIT_OK
