@@ -117,10 +117,14 @@ def test_a_run_killed_before_its_plan_was_stored_is_listed(tmp_path: Path) -> No
         finally:
             release.set()
         listed = it.cli("runs", "--json")
-        shown = it.cli("show", it.run_id())
+        run_id = it.run_id()
+        shown = it.cli("show", run_id)
         with contextlib.closing(sqlite3.connect(it.store)) as db:
             kinds = [kind for (kind,) in db.execute("SELECT kind FROM journal ORDER BY seq")]
     assert kinds == ["start"], "killed before its plan was stored"
     assert listed.returncode == 0, listed.stderr
     assert _listed(listed.stdout) == [{"status": "interrupted", "steps": 0, "done": 0}]
     assert shown.returncode == 0, shown.stderr
+    assert f"run {run_id} stopped before it ended, before it had a plan, so nothing ran" in (
+        shown.stdout
+    ), "not advice to resume: a resume refuses a run with no plan"

@@ -26,7 +26,9 @@ def main(args: argparse.Namespace, registry: Registry) -> int:
     if status in (INTERRUPTED, "running"):
         why = "is still running" if status == "running" else "stopped before it ended"
         sys.stdout.write(f"run {result.run_id} {why}")
-        if status == INTERRUPTED:
+        if status == INTERRUPTED and found.journal.plan is None:  # nothing to resume
+            sys.stdout.write(", before it had a plan, so nothing ran: run it again")
+        elif status == INTERRUPTED:
             sys.stdout.write(f"; continue it with: planloom resume {result.run_id}")
         sys.stdout.write("\n")
     return EXIT_OK
