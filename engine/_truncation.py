@@ -23,11 +23,11 @@ then once that there were more)."""
 
 
 def truncation_warning(
-    action: Action[Any], params: BaseModel, output: Any, item: str | None
+    action: Action[Any], params: BaseModel, output: Any, item: int | None
 ) -> str | None:
     """What to tell a person about `output`, or None if it was not cut short.
 
-    `item` names the `for_each` item that made the call (`[3]`), if one did.
+    `item` is the `for_each` item that made the call, if one did.
     """
     if not (isinstance(output, dict) and output.get("truncated") is True):
         return None
@@ -38,7 +38,7 @@ def truncation_warning(
         for key, value in params
         if key.startswith("max_") and isinstance(value, int | float) and not isinstance(value, bool)
     )
-    where = f"item {item.strip('[]')}: " if item else ""
+    where = f"item {item}: " if item is not None else ""
     said = f" ({limits})" if limits else ""
     note = action.truncated_note or "a limit cut it short, so it is incomplete"
     return f"{where}{action.name} output truncated{said}: {note}"

@@ -55,6 +55,7 @@ from engine.results import (
 from engine.sandbox import LiveResults, Results, Sandbox
 from engine.templating import (
     Namespace,
+    ValueTemplate,
     compile_value,
 )
 from engine.validation import ensure_valid
@@ -534,25 +535,26 @@ class Executor:
         for name, value in self.plan.outputs.items():
             try:
                 compiled = compile_value(value)
-                if unknown is not None:
-                    needs = [
-                        str(ref[1])
-                        for template in compiled.templates
-                        for ref in template.references
-                        if ref[:1] == ("steps",)
-                        and ref[1:2] != ()
-                        and ref[2:3] in ((), ("output",))  # its status and error are known
-                        and ref[1] in self.attempts.unknown
-                    ]
-                    if needs:
-                        outputs[name] = None
-                        unknown[name] = f"needs the output of '{needs[0]}', unknown in a dry run"
-                        continue
+                needs = self._unknown_output(compiled) if unknown is not None else None
+                if unknown is not None and needs is not None:
+                    outputs[name] = None
+                    unknown[name] = f"needs the output of '{needs}', unknown in a dry run"
+                    continue
                 outputs[name] = compiled.render(context)
             except (TemplateError, ValueError) as exc:
                 outputs[name] = None
                 self.errors.append(f"output '{name}': {exc}")
         return outputs, unknown
+
+    def _unknown_output(self, compiled: ValueTemplate) -> str | None:
+        """The first step whose output `compiled` reads and a dry run left unknown (a
+        step's status and error are known; its output is not)."""
+        for template in compiled.templates:
+            for ref in template.references:
+                reads_output = ref[:1] == ("steps",) and ref[2:3] in ((), ("output",))
+                if reads_output and len(ref) >= 2 and ref[1] in self.attempts.unknown:
+                    return str(ref[1])
+        return None
 
 
 async def run_plan(plan: Plan, *, registry: Registry, base_dir: Path, **kwargs: Any) -> RunResult:

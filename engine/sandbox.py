@@ -19,7 +19,7 @@ from pydantic import BaseModel, ValidationError
 
 from engine._execute import execute, jsonable
 from engine._problems import validation_problems
-from engine._scope import current_item, current_scope
+from engine._scope import current_item
 from engine._truncation import MAX_WARNINGS, truncation_warning
 from engine.backend import Backend, RemoteCall
 from engine.capability import Action, Asker, CallContext, ParamPath, Registry
@@ -337,9 +337,7 @@ class Sandbox:
                 rule=f"grant.{action.family}",
                 outcome="ok",
             )
-        scope = current_scope() or ""
-        item = scope[len(step_id) :] if scope.startswith(f"{step_id}[") else None
-        warning = truncation_warning(action, model, output, item)
+        warning = truncation_warning(action, model, output, current_item())
         if warning is not None:
             self._warn(step_id, attempt, name, warning)
         return output
