@@ -201,10 +201,12 @@ class _Checker:
         }
         outputs = Outputs([step for _, step in steps], registry, plan.inputs)
         admission = Admission(registry, plan, granted, self.base_dir)
+        # A grant that did not validate is reported at the grant, not again at each use.
+        declared = {name for name in plan.capabilities if name in registry.families}
         for path, step in partial:
-            self._actions(path, step, registry, granted, unavailable, admission)
+            self._actions(path, step, registry, declared, unavailable, admission)
         for path, step in steps:
-            self._actions(path, step, registry, granted, unavailable, admission)
+            self._actions(path, step, registry, declared, unavailable, admission)
             check_step_shape(report, path, step)
             visible = main_ids if path[0] == "steps" else main_ids | final_ids
             later = final_ids if path[0] == "steps" else set()
@@ -220,18 +222,19 @@ class _Checker:
         path: NodePath,
         step: Step,
         registry: Registry,
-        granted: set[str],
+        declared: set[str],
         unavailable: set[str],
         admission: Admission,
     ) -> None:
-        """Check the tool (or agent's tools) of `step` and of its fallback, and params."""
+        """Check the tool (or agent's tools) of `step` and of its fallback, and params: a
+        tool of a family not `declared` under `capabilities:` is not granted."""
         check_action(
             self.report,
             registry,
             path,
             step.tool,
             step.params,
-            granted,
+            declared,
             step.agent,
             unavailable,
             admission,
@@ -244,7 +247,7 @@ class _Checker:
                 (*path, "fallback"),
                 fb.tool,
                 fb.params,
-                granted,
+                declared,
                 fb.agent,
                 unavailable,
                 admission,

@@ -199,6 +199,31 @@ steps:
     assert problems[0]["message"] == "shell.run param 'argv': input should be a valid list"
 
 
+def test_a_grant_that_does_not_validate_is_reported_once_at_the_grant(tmp_path: Path) -> None:
+    """Not again at each step using it as "not granted, add it under capabilities" (it is
+    there): its steps' own params are still checked; an undeclared family still is not
+    granted."""
+    recipe = """\
+version: 1
+capabilities:
+  fs: {read: ["."]}
+steps:
+  - {id: a, tool: fs.read, params: {path: in.txt}}
+  - {id: b, tool: fs.read, params: {pth: in.txt}}
+  - {id: c, tool: shell.run, params: {argv: [ls]}}
+"""
+    code, problems = validate_json(tmp_path, recipe)
+
+    assert code == 2
+    assert [(p["line"], p["rule"]) for p in problems] == [
+        (3, "bad-grant"),
+        (6, "bad-params"),
+        (6, "bad-params"),
+        (7, "not-granted"),
+    ]
+    assert problems[0]["message"] == "fs grant read: input should be a valid boolean"
+
+
 @pytest.mark.parametrize(
     "recipe",
     [
