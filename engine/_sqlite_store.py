@@ -8,11 +8,18 @@ in a batch that goes with the next commit, at most `BATCH` entries or `BATCH_SEC
 later. `synchronous=NORMAL`: a commit survives the process being killed;
 a power cut may lose the last ones (see README).
 
-Each entry carries a hash chained to the one before it (`entry_hash`), the first to one
-made from the run's fixed fields, and the run's row keeps the last hash and the count: a
-journal read back with an entry deleted, inserted, moved or edited (by hand, with the
-sqlite3 CLI) is refused at that entry, before anything reads it. The chain has no key: it
-finds edits and damage, not a forger who computes it again.
+A batch of `PACK` entries or more (a burst of steps that ended together) is written as one
+row of kind `batch` (its entries in a JSON array, numbered from the row's `seq` on): a
+row's own cost (its place in the table, its hash) is most of a small entry's, so a run of
+many quick steps pays it once a batch, not once a step. Fewer entries (what a run of slow
+steps writes at a time, every durable entry) have a row each, readable with the sqlite3
+CLI as they are.
+
+Each row carries a hash chained to the row before it (`entry_hash`), the first to one made
+from the run's fixed fields, and the run's row keeps the last hash and the count of
+entries: a journal read back with a row deleted, inserted, moved or edited (by hand, with
+the sqlite3 CLI) is refused at that row, naming its entries, before anything reads it. The
+chain has no key: it finds edits and damage, not a forger who computes it again.
 """
 
 from __future__ import annotations
@@ -23,7 +30,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, get_args
 
@@ -32,11 +39,35 @@ from engine.store import Entry, EntryKind, JSONText, RunRecord
 
 __all__ = ["SqliteStore", "entry_hash", "first_hash", "is_alive", "open_store", "process_start"]
 
-FORMAT = 2
-"""2: entries are hash-chained (`journal.hash`, `runs.head`, `runs.entries`); a store of
-format 1 is chained as it stands when a planloom of format 2 first opens it."""
+FORMAT = 3
+"""2: entries are hash-chained (`journal.hash`, `runs.head`, `runs.entries`); 3: a batch may
+be one row (`BATCHED`). An older store is made this format when this planloom first opens
+it: format 1 is chained as it stands; format 2 needs nothing more (it has no batch rows)."""
 _KINDS = frozenset(get_args(EntryKind))
-_encode = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
+BATCHED = "batch"
+"""The kind of a row holding a batch of entries: `[[at, kind, scope, data], ...]`."""
+
+
+def _encoder() -> Callable[[Any], str]:
+    """Compact JSON text of a value (`repr` of what JSON has no form for), by the C encoder
+    made once: `JSONEncoder.encode` makes one per call, a fifth of a journal entry's cost."""
+    make = getattr(json.encoder, "c_make_encoder", None)
+    if make is None:  # a Python built without the C accelerator
+        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
+    markers: dict[int, Any] = {}  # what is being encoded: a cycle is an error, not a hang
+    chunks = make(markers, repr, json.encoder.encode_basestring, None, ":", ",", False, False, True)
+
+    def encode(value: Any) -> str:
+        try:
+            return "".join(chunks(value, 0))
+        except BaseException:
+            markers.clear()  # left half-filled by the error
+            raise
+
+    return encode
+
+
+_encode = _encoder()
 
 
 def _storable(text: str) -> str:
@@ -51,6 +82,7 @@ def _storable(text: str) -> str:
 
 BATCH = 256
 BATCH_SECONDS = 0.25
+PACK = 8
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -125,8 +157,8 @@ def first_hash(run_id: str, recipe: str | None, base_dir: str) -> str:
 def entry_hash(prev: str, seq: int, at: float, kind: str, scope: str | None, text: str) -> str:
     """The hash of one entry, chained to `prev` (the entry before it, or `first_hash`)."""
     where = "-" if scope is None else f"+{len(scope)}:{scope}"
-    head = f"{prev}\n{seq}\n{at!r}\n{len(kind)}:{kind}\n{where}\n"
-    return hashlib.sha256((head + text).encode("utf-8", "surrogatepass")).hexdigest()
+    whole = f"{prev}\n{seq}\n{at!r}\n{len(kind)}:{kind}\n{where}\n{text}"
+    return hashlib.sha256(whole.encode("utf-8", "surrogatepass")).hexdigest()
 
 
 def open_store(path: str | Path, *, create: bool = True) -> SqliteStore:
@@ -159,6 +191,8 @@ class SqliteStore:
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(FORMAT),))
             elif found[0] == "1":
                 self._chain_format_1()
+            elif found[0] == "2":
+                self._db.execute("UPDATE meta SET value=? WHERE key='format'", (str(FORMAT),))
             elif found[0] != str(FORMAT):
                 raise ConfigurationError(
                     f"run store {path}: format {found[0]} is not supported (this planloom "
@@ -176,7 +210,7 @@ class SqliteStore:
         except OSError as exc:
             self._close_quietly()
             raise ConfigurationError(f"run store {path}: {exc.strerror or exc}") from None
-        self._pending: list[tuple[str, int, float, str, str | None, str, str]] = []
+        self._pending: list[_Entry] = []
         self._since = time.monotonic()
         self._seq: dict[str, int] = {}
         self._head: dict[str, str] = {}
@@ -237,10 +271,10 @@ class SqliteStore:
                 raise ConfigurationError(
                     f"run {run_id} is still running (process {record.pid}); stop it first"
                 )
-            last = self._db.execute(
-                "SELECT COALESCE(MAX(seq), -1) FROM journal WHERE run_id=?", (run_id,)
-            ).fetchone()[0]
-            head = self._db.execute("SELECT head FROM runs WHERE id=?", (run_id,)).fetchone()[0]
+            head, count = self._db.execute(
+                "SELECT head, entries FROM runs WHERE id=?", (run_id,)
+            ).fetchone()
+            last = (count if isinstance(count, int) else 0) - 1
             if seen is not None and last != seen:
                 raise ConfigurationError(
                     f"run {run_id} changed while it was being read (another planloom resumed "
@@ -266,14 +300,11 @@ class SqliteStore:
         text = str(data) if isinstance(data, JSONText) else _encode(data)
         if not text.isascii():
             text = _storable(text)
-        at = time.time()
-        head = self._head[run_id] = entry_hash(self._head[run_id], seq, at, kind, scope, text)
-        self._pending.append((run_id, seq, at, kind, scope, text, head))
-        if (
-            durable
-            or len(self._pending) >= BATCH
-            or time.monotonic() - self._since >= BATCH_SECONDS
-        ):
+        self._pending.append((run_id, seq, time.time(), kind, scope, text))
+        if durable:
+            with self._transaction():
+                self._write_pending(alone=1)  # a row of its own
+        elif len(self._pending) >= BATCH or time.monotonic() - self._since >= BATCH_SECONDS:
             self.flush()
 
     def update(self, run_id: str, **fields: Any) -> None:
@@ -310,15 +341,27 @@ class SqliteStore:
         finally:
             self._db.close()
 
-    def _write_pending(self) -> None:
-        if self._pending:
+    def _write_pending(self, *, alone: int = 0) -> None:
+        """Write what is pending (in a transaction), the last `alone` entries a row each."""
+        pending = self._pending
+        if pending:
+            heads: dict[str, str] = {}
+            rows = [*_batched(pending[: len(pending) - alone]), *pending[len(pending) - alone :]]
+            hashed = []
+            for run_id, seq, at, kind, scope, text in rows:
+                prev = heads.get(run_id) or self._head[run_id]
+                head = heads[run_id] = entry_hash(prev, seq, at, kind, scope, text)
+                hashed.append((run_id, seq, at, kind, scope, text, head))
             self._db.executemany(
                 "INSERT INTO journal (run_id, seq, at, kind, scope, data, hash) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
-                self._pending,
+                hashed,
             )
-            heads = {row[0]: (row[6], row[1] + 1, row[0]) for row in self._pending}
-            self._db.executemany("UPDATE runs SET head=?, entries=? WHERE id=?", heads.values())
+            self._db.executemany(
+                "UPDATE runs SET head=?, entries=? WHERE id=?",
+                [(head, self._seq[run_id], run_id) for run_id, head in heads.items()],
+            )
+            self._head |= heads
             self._pending = []
         self._since = time.monotonic()
 
@@ -367,36 +410,40 @@ class SqliteStore:
             ).fetchall()
         finally:
             self._db.execute("COMMIT")
-        entries = [self._entry(run_id, *row[:5]) for row in rows]
+        read = [self._entries(run_id, *row[:5]) for row in rows]
         if fixed is not None:
-            self._check_chain(run_id, fixed, rows)
-        return entries
+            self._check_chain(run_id, fixed, rows, [len(entries) for entries in read])
+        return [entry for entries in read for entry in entries]
 
     def _check_chain(
-        self, run_id: str, fixed: tuple[Any, ...], rows: list[tuple[Any, ...]]
+        self, run_id: str, fixed: tuple[Any, ...], rows: list[tuple[Any, ...]], sizes: list[int]
     ) -> None:
+        """`rows` (holding `sizes` entries each) are the ones planloom wrote, in order."""
         recipe, base_dir, last, count = fixed
         if not isinstance(last, str) or not isinstance(count, int):
             self._edited(run_id, "its record lost the hash of its journal")
         head = first_hash(run_id, recipe, str(base_dir))
-        for expected, (seq, at, kind, scope, text, stored) in enumerate(rows):
+        expected = 0
+        for (seq, at, kind, scope, text, stored), size in zip(rows, sizes, strict=True):
             if seq != expected:
-                self._edited(
-                    run_id, f"{_missing(expected, seq)} missing before entry {seq} ({kind})"
-                )
+                where = _named(seq, kind, size)
+                self._edited(run_id, f"{_missing(expected, seq)} missing before {where}")
             head = entry_hash(head, seq, at, str(kind), scope, str(text))
             if stored != head:
                 self._edited(
                     run_id,
-                    f"entry {seq} ({kind}) is not the one planloom wrote there (edited, moved "
-                    "or inserted, or the run's recipe or folder was changed)",
+                    f"{_named(seq, kind, size)} {'is' if size == 1 else 'are'} not the one"
+                    f"{'' if size == 1 else 's'} planloom wrote there (edited, moved or "
+                    "inserted, or the run's recipe or folder was changed)",
                 )
-        if len(rows) < count:
-            self._edited(run_id, f"{_missing(len(rows), count)} missing at its end")
-        if len(rows) > count or head != last:
+            expected += size
+        if expected < count:
+            self._edited(run_id, f"{_missing(expected, count)} missing at its end")
+        if expected > count or head != last:
+            seq, _, kind, _, _, _ = rows[-1] if rows else (-1, 0, "-", 0, 0, 0)
             self._edited(
                 run_id,
-                f"entry {len(rows) - 1} ({rows[-1][2] if rows else '-'}) is not the last one "
+                f"{_named(seq, kind, sizes[-1] if sizes else 1)} is not the last one "
                 f"planloom wrote (it wrote {count} entries)",
             )
 
@@ -406,13 +453,27 @@ class SqliteStore:
             "cannot be shown or resumed"
         )
 
-    def _entry(self, run_id: str, seq: Any, at: Any, kind: Any, scope: Any, text: Any) -> Entry:
-        """A row as an `Entry`, checked: a store edited by hand or damaged is refused,
-        saying where, rather than half read (a lost intent would hide a call in doubt)."""
+    def _entries(
+        self, run_id: str, seq: Any, at: Any, kind: Any, scope: Any, text: Any
+    ) -> list[Entry]:
+        """A row as its `Entry`s (a batch's, numbered on from its own), checked: a store
+        edited by hand or damaged is refused, saying where, rather than half read (a lost
+        intent would hide a call in doubt)."""
         try:
             data = json.loads(text) if isinstance(text, str | bytes) else None
         except ValueError:
             data = None
+        if kind != BATCHED or not isinstance(seq, int):
+            return [self._entry(run_id, seq, at, kind, scope, data)]
+        if (
+            not isinstance(data, list)
+            or not data
+            or not all(isinstance(item, list) and len(item) == 4 for item in data)
+        ):
+            self._unreadable(run_id, seq, "its entries are not what planloom writes")
+        return [self._entry(run_id, seq + n, *item) for n, item in enumerate(data)]
+
+    def _entry(self, run_id: str, seq: Any, at: Any, kind: Any, scope: Any, data: Any) -> Entry:
         problem = (
             "its data is not a JSON object"
             if not isinstance(data, dict)
@@ -423,16 +484,45 @@ class SqliteStore:
             else None
         )
         if problem is not None or not isinstance(seq, int) or not isinstance(data, dict):
-            raise ConfigurationError(
-                f"run store {self.path}: entry {seq!r} of run {run_id} cannot be read "
-                f"({problem or 'its number is not an integer'}): the store was edited or "
-                "damaged; the run cannot be shown or resumed"
-            )
+            self._unreadable(run_id, seq, problem or "its number is not an integer")
         return Entry(seq, float(at), kind, scope, data)
+
+    def _unreadable(self, run_id: str, seq: Any, problem: str) -> NoReturn:
+        raise ConfigurationError(
+            f"run store {self.path}: entry {seq!r} of run {run_id} cannot be read "
+            f"({problem}): the store was edited or damaged; the run cannot be shown or resumed"
+        )
 
     def integrity(self) -> str:
         """SQLite's own check of the file: `ok`, or what is wrong."""
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+
+_Entry = tuple[str, int, float, str, str | None, str]
+"""An entry to write: run id, seq, time, kind, scope, data (JSON text)."""
+
+
+def _batched(pending: list[_Entry]) -> list[_Entry]:
+    """`pending` as rows: each run of `PACK` or more entries of one run as one row (of kind
+    `BATCHED`, numbered as its first entry, at its time), the others as they are."""
+    rows: list[_Entry] = []
+    start = 0
+    while start < len(pending):
+        run_id = pending[start][0]
+        end = start + 1
+        while end < len(pending) and pending[end][0] == run_id:
+            end += 1
+        if end - start < PACK:
+            rows += pending[start:end]
+        else:
+            _, seq, at, _, _, _ = pending[start]
+            packed = ",".join(
+                f'[{at!r},"{kind}",{"null" if scope is None else _encode(scope)},{text}]'
+                for _, _, at, kind, scope, text in pending[start:end]
+            )
+            rows.append((run_id, seq, at, BATCHED, None, f"[{packed}]"))
+        start = end
+    return rows
 
 
 def _alive(pid: int | None, start: str | None) -> bool:
@@ -481,6 +571,13 @@ _TYPED: tuple[tuple[str, type | tuple[type, ...], Any], ...] = (
     ("segments", int, 1),
     ("recipe", (str, type(None)), None),
 )
+
+
+def _named(seq: int, kind: str, size: int) -> str:
+    """`entry 7 (intent)`, or a batch row's `entries 7 to 30 (a batch)`."""
+    if size == 1 and kind != BATCHED:
+        return f"entry {seq} ({kind})"
+    return f"entries {seq} to {seq + size - 1} (a batch)"
 
 
 def _missing(first: int, end: int) -> str:

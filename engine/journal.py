@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine._scope import PLANNER, current_scope, step_of
@@ -48,7 +48,7 @@ from engine.errors import OutcomeUnknown, ReplayMismatch, StepError, StepFailed
 from engine.events import Event
 from engine.llm import Answers, ChatResult
 from engine.questions import Question
-from engine.results import KEPT, NO_USAGE, Decision, RunResult, StepResult
+from engine.results import KEPT, NO_USAGE, Decision, RunResult, StepResult, StepUsage
 from engine.sandbox import Results, ToolCall
 from engine.store import EntryKind, JSONText, RunStore
 
@@ -61,19 +61,59 @@ __all__ = ["JOURNAL", "Journal"]
 JOURNAL = "journal"
 """The `by` of a decision on a call served from the journal (it ran before the resume)."""
 
-_TIMELINE = frozenset(
-    {
-        "llm.called",
-        "step.started",
-        "attempt.started",
-        "attempt.finished",
-        "gate.decided",
-        "step.finished",
-    }
-)
-"""The events a step's journaled timeline is made of."""
 _ATTEMPT = ("n", "item", "started", "action", "finished", "outcome", "error")
 """An attempt in a step's timeline (`item`: a `for_each` item's, numbered within it)."""
+
+
+def _spent(usage: StepUsage) -> dict[str, int]:
+    """A step's usage as journaled: its counts that are not 0."""
+    return {name: count for name, count in usage.__dict__.items() if count}
+
+
+def _went_well_at_once(events: Sequence[Event]) -> bool:
+    """The step's timeline is its start and one attempt that went well, and nothing else."""
+    return (
+        len(events) == 3
+        and events[2].kind == "attempt.finished"
+        and events[2].data.get("outcome") == "ok"
+    )
+
+
+def _timeline(events: Sequence[Event]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """A step's attempts (each `_ATTEMPT`; a `for_each` item's are numbered within it)
+    and gate decisions, from its events."""
+    attempts: list[list[Any]] = []
+    running: dict[tuple[Any, ...], list[Any]] = {}
+    gates: list[dict[str, Any]] = []
+    for event in events:
+        data = event.data
+        if event.kind == "attempt.started":
+            attempt: list[Any] = [event.attempt, data.get("item"), event.ts, data.get("action")]
+            running[(event.attempt, data.get("item"))] = attempt
+            attempts.append(attempt)
+        elif event.kind == "attempt.finished":
+            ended = running.pop((event.attempt, data.get("item")), None)
+            if ended is not None:
+                ended += [event.ts, data.get("outcome"), data.get("error")]
+        elif event.kind == "gate.decided":
+            gates.append(
+                {
+                    "at": event.ts,
+                    "action": data.get("action"),
+                    "approved": data.get("approved"),
+                    "by": data.get("by"),
+                    "reason": data.get("reason"),
+                }
+            )
+    shown = [
+        {
+            k: v
+            for k, v in zip(_ATTEMPT, attempt, strict=False)
+            if v is not None or k != "item"  # (a whole step's attempt has none)
+        }
+        for attempt in attempts
+    ]
+    return shown, gates
 
 
 class Journal:
@@ -105,9 +145,7 @@ class Journal:
         self.skipped: set[ToolKey] = set()  # calls in doubt skipped (`resume --skip`)
         self.done = len(resumed.kept) if resumed is not None else 0
         self.steps = 0
-        self._started: dict[str, float] = {}
-        self._attempts: dict[str, list[list[Any]]] = {}
-        self._gates: dict[str, list[dict[str, Any]]] = {}
+        self._events: dict[str, list[Event]] = {}  # each step's timeline, as it goes
         self._journaled: set[str] = set(resumed.steps) if resumed is not None else set()
         self._usage: dict[str, dict[str, int]] = {}
 
@@ -162,97 +200,71 @@ class Journal:
 
     def watch(self, executor: Executor) -> None:
         """Journal each step's result and timeline as the executor ends it."""
+        # This sees every event of a run (about six a step): one lookup for most of them.
+        keep = {
+            "step.started": self._events,
+            "attempt.started": self._events,
+            "attempt.finished": self._events,
+            "gate.decided": self._events,
+        }
 
         def seen(event: Event) -> None:
-            self._seen(executor, event)
+            kind, step_id = event.kind, event.step_id
+            kept = keep.get(kind)
+            if kept is not None:
+                if step_id is not None:
+                    timeline = kept.get(step_id)
+                    if timeline is None:
+                        kept[step_id] = [event]
+                    else:
+                        timeline.append(event)
+            elif kind == "step.finished":
+                if step_id is not None:
+                    self._step_finished(executor.results[step_id], step_id, event.ts)
+            elif kind == "llm.called":
+                self._llm_called(event)
 
         executor.events.subscribe(seen)
 
-    def _seen(self, executor: Executor, event: Event) -> None:
-        kind, step_id = event.kind, event.step_id
-        if kind not in _TIMELINE:  # tool calls: their entries are written by `results`
-            return
-        if kind == "llm.called":
-            scope = current_scope()
-            owner = step_of(scope) if scope is not None else None
-            usage = self._usage.setdefault(owner or PLANNER, Counter())
-            usage["calls"] += 1
-            usage["prompt_tokens"] += int(event.data.get("prompt_tokens") or 0)
-            usage["completion_tokens"] += int(event.data.get("completion_tokens") or 0)
-            return
-        if step_id is None:
-            return
-        # Few objects per step: this runs for every event of a run.
-        if kind == "step.started":
-            self._started[step_id] = event.ts
-        elif kind == "attempt.started":
-            attempt = [event.attempt, event.data.get("item"), event.ts, event.data.get("action")]
-            tried = self._attempts.get(step_id)
-            if tried is None:
-                self._attempts[step_id] = [attempt]
-            else:
-                tried.append(attempt)
-        elif kind == "attempt.finished":
-            item = event.data.get("item")  # items run at once, each with its own numbers
-            for attempt in reversed(self._attempts.get(step_id) or []):
-                if attempt[0] == event.attempt and attempt[1] == item and len(attempt) == 4:
-                    attempt += [event.ts, event.data.get("outcome"), event.data.get("error")]
-                    break
-        elif kind == "gate.decided":
-            data = event.data
-            self._gates.setdefault(step_id, []).append(
-                {
-                    "at": event.ts,
-                    "action": data.get("action"),
-                    "approved": data.get("approved"),
-                    "by": data.get("by"),
-                    "reason": data.get("reason"),
-                }
-            )
-        elif kind == "step.finished":
-            self._step_finished(executor.results[step_id], step_id, event.ts)
+    def _llm_called(self, event: Event) -> None:
+        scope = current_scope()
+        owner = step_of(scope) if scope is not None else None
+        usage = self._usage.setdefault(owner or PLANNER, Counter())
+        usage["calls"] += 1
+        usage["prompt_tokens"] += int(event.data.get("prompt_tokens") or 0)
+        usage["completion_tokens"] += int(event.data.get("completion_tokens") or 0)
 
     def _step_finished(self, result: StepResult, step_id: str, at: float) -> None:
         self._journaled.add(step_id)
         if result.status in KEPT:
             self.done += 1
         ended: dict[str, Any] = {"status": result.status, "attempts": result.attempts}
-        if result.output is not None:  # the error and transcript are redacted already
+        output = result.output
+        if output is not None:  # the error and transcript are redacted already
             if result.transcript is not None:  # a tool's output was learnt as it came
-                self.secrets.learn(result.output)  # (an agent's answer may hold one)
-            ended["output"] = self.redact(result.output)
+                self.secrets.learn(output)  # (an agent's answer may hold one)
+            ended["output"] = self.redact(output)
         if result.error is not None:
             ended["error"] = result.error
         if result.transcript is not None:
             ended["transcript"] = result.transcript
-        if result.usage != NO_USAGE:  # a resumed run keeps what a kept step spent
-            ended["usage"] = result.usage.model_dump()
+        if result.usage is not NO_USAGE:  # a resumed run keeps what a kept step spent
+            ended["usage"] = _spent(result.usage)
         if result.duration is not None:
             ended["duration"] = result.duration
         if result.warnings:
             ended["warnings"] = self.redact(result.warnings)
-        data: dict[str, Any] = {
-            "result": ended,
-            "started": self._started.pop(step_id, None),
-            "finished": at,
-        }
-        attempts = self._attempts.pop(step_id, None)
-        if attempts and (len(attempts) > 1 or attempts[0][5:6] != ["ok"]):
-            # (one attempt that went well is the step's own span)
+        events = self._events.pop(step_id, ())
+        started = events[0].ts if events and events[0].kind == "step.started" else None
+        data: dict[str, Any] = {"result": ended, "started": started, "finished": at}
+        if not _went_well_at_once(events):
+            attempts, gates = _timeline(events)
             # events reach subscribers unredacted: what leaves the process is redacted here
-            data["attempts"] = self.redact(
-                [
-                    {
-                        k: v
-                        for k, v in zip(_ATTEMPT, attempt, strict=False)
-                        if v is not None or k != "item"  # (a whole step's attempt has none)
-                    }
-                    for attempt in attempts
-                ]
-            )
-        gates = self._gates.pop(step_id, None)
-        if gates:
-            data["gates"] = self.redact(gates)
+            if len(attempts) > 1 or (attempts and attempts[0].get("outcome") != "ok"):
+                # (one attempt that went well is the step's own span)
+                data["attempts"] = self.redact(attempts)
+            if gates:
+                data["gates"] = self.redact(gates)
         usage = self._usage.pop(step_id, None)
         if usage:
             data["llm"] = dict(usage)
