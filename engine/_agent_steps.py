@@ -88,6 +88,7 @@ class AgentSteps:
             max_iterations=spec.max_iterations,
             output_schema=spec.output_schema,
             context=facts,
+            min_tool_calls=spec.min_tool_calls,
         )
         try:
             if action.timeout is None:

@@ -45,12 +45,14 @@ _STEPS_TOLD = 100  # steps whose status the planner is told
 
 @dataclass
 class SessionResult:
-    """A session's result, the run's secrets (to redact what is printed), and the run store
-    it was journaled in, if any."""
+    """A session's result, the run's secrets (to redact what is printed), the run store it
+    was journaled in, if any, and whether a plan ran (not when planning failed or the plan
+    was rejected: there is nothing to resume)."""
 
     result: RunResult
     secrets: Secrets | None
     store: str | None = None
+    ran: bool = True
 
 
 @dataclass
@@ -146,10 +148,10 @@ class SessionRun:
                     errors=[exc.message],
                     usage=_spent(client),
                 )
-                return SessionResult(failed, None)
+                return SessionResult(failed, None, ran=False)
             if plan is None:
                 rejected = RunResult(run_id=self._run_id(), status="rejected", usage=_spent(client))
-                return SessionResult(rejected, None)
+                return SessionResult(rejected, None, ran=False)
         assert plan is not None
         return await self._run_and_replan(plan, client)
 
@@ -309,7 +311,7 @@ def plan_from_text(text: str, registry: Registry, base_dir: Path) -> Plan:
         PlanValidationError: it is not valid; the problems are located in `plan.yaml`.
     """
     data, source = parse_recipe_text(text, "plan.yaml")
-    return validate_plan(data, source, registry, base_dir=base_dir)
+    return validate_plan(data, source, registry, base_dir=base_dir, planned=True)
 
 
 def _spent(client: LLMClient) -> Usage:

@@ -61,6 +61,7 @@ class AgentTask:
         max_iterations: model turns before giving up.
         output_schema: a JSON Schema the final answer must satisfy (then it is an object).
         context: extra facts for the model (e.g. the failed step and its error).
+        min_tool_calls: successful tool calls to make before an answer counts.
     """
 
     goal: str
@@ -69,6 +70,7 @@ class AgentTask:
     max_iterations: int = 10
     output_schema: dict[str, Any] | None = None
     context: str | None = None
+    min_tool_calls: int = 0
     transcript: list[TranscriptEntry] = field(default_factory=list)
 
 

@@ -84,6 +84,13 @@ class AgentSpec(_Model):
 
 
 class FallbackAction(_Model):
+    min_tool_calls: int = Field(
+        0,
+        ge=0,
+        le=100,
+        description="Successful tool calls the agent must make before its answer counts "
+        "(an answer before them is sent back once, then the step fails).",
+    )
     """What runs when a step's primary action has failed for good."""
 
     tool: str | None = Field(None, description="The action called instead.")

@@ -50,13 +50,19 @@ def validate_plan(
     *,
     base_dir: Path | None = None,
     require_version: bool = True,
+    planned: bool = False,
 ) -> Plan:
     """Check `data` against every rule and return the typed `Plan`.
+
+    `planned`: the plan a planner wrote for its `goal`; it must have steps (a recipe's goal
+    with no steps is one to plan).
 
     Raises:
         PlanValidationError: with every problem found, sorted by position.
     """
-    checker = _Checker(source, registry, base_dir if base_dir is not None else Path.cwd())
+    checker = _Checker(
+        source, registry, base_dir if base_dir is not None else Path.cwd(), planned=planned
+    )
     checker.report.add(source.problems)
     with collector_paused():
         plan = checker.check(data, require_version=require_version)
@@ -106,10 +112,13 @@ def _unique(problems: list[Diagnostic]) -> list[Diagnostic]:
 
 
 class _Checker:
-    def __init__(self, source: SourceMap, registry: Registry, base_dir: Path) -> None:
+    def __init__(
+        self, source: SourceMap, registry: Registry, base_dir: Path, *, planned: bool = False
+    ) -> None:
         self.raw_ids: dict[str, set[str]] = {}
         self.registry = registry
         self.base_dir = base_dir
+        self.planned = planned
         self.report = Report(source)
 
     # -- structure -----------------------------------------------------------------------
@@ -193,6 +202,8 @@ class _Checker:
                 "the recipe has no 'steps'",
                 "add a 'steps:' list, each step with an 'id' and a 'tool'",
             )
+        elif "steps" in data and not data["steps"] and (self.planned or not plan.goal):
+            self._empty(data)
         ids = step_ids(report, steps)
         # Ids of steps that failed structural checks count too: no cascade of unknown-step.
         main_ids = self.raw_ids.get("steps", set()) | {s.id for p, s in steps if p[0] == "steps"}
@@ -251,6 +262,25 @@ class _Checker:
                 fb.agent,
                 unavailable,
                 admission,
+            )
+
+    def _empty(self, data: dict[str, Any]) -> None:
+        """A plan whose `steps` is empty does nothing: unless its `finally` steps are what
+        it is for (a recipe's, not a planner's)."""
+        if self.planned:
+            self.report(
+                ("steps",),
+                "empty-plan",
+                "the plan has no steps: it would do nothing towards the goal",
+                "write the steps that reach the goal, each with an 'id' and a 'tool' (or "
+                "an 'agent')",
+            )
+        elif not data.get("finally"):
+            self.report(
+                ("steps",),
+                "empty-plan",
+                "the recipe has no steps: it would do nothing and report success",
+                "add steps, each with an 'id' and a 'tool'",
             )
 
     def _family_limits(self, plan: Plan) -> None:

@@ -122,7 +122,9 @@ class LLMPlanner:
                 text = plan_to_yaml(_recipe(answer, goal, base, keep or []))
                 try:
                     data, source = parse_recipe_text(text, file)
-                    plan = validate_plan(data, source, self.registry, base_dir=base_dir)
+                    plan = validate_plan(
+                        data, source, self.registry, base_dir=base_dir, planned=True
+                    )
                 except PlanValidationError as exc:
                     diagnostics = exc.diagnostics
                 else:
@@ -152,10 +154,13 @@ class LLMPlanner:
                 "grant tools with --capabilities FILE, a YAML file with a 'capabilities:' "
                 "block as in recipes (e.g. capabilities: {fs: {root: ., read: true}})"
             )
-        step = {"id": "goal", "agent": {"goal": goal, "tools": names, "max_iterations": 10}}
-        text = plan_to_yaml(_recipe({"goal": goal, "steps": [step]}, goal, base))
+        # An agent that only talks has not carried the goal out: it must use a tool.
+        agent = {"goal": goal, "tools": names, "max_iterations": 10, "min_tool_calls": 1}
+        text = plan_to_yaml(
+            _recipe({"goal": goal, "steps": [{"id": "goal", "agent": agent}]}, goal, base)
+        )
         data, source = parse_recipe_text(text, file)
-        plan = validate_plan(data, source, self.registry, base_dir=base_dir)
+        plan = validate_plan(data, source, self.registry, base_dir=base_dir, planned=True)
         return PlanOutcome(plan, text, repairs=MAX_REPAIRS, fell_back=True, problems=problems)
 
 

@@ -55,6 +55,7 @@ class ReactAgent:
         offered = {tool_name_for(spec.action): spec for spec in task.tools}
         failures: dict[str, int] = {}
         invalid = 0
+        told = False  # that its answer came before the tool calls the task needs
         messages = self._opening(task)
         for turn in range(task.max_iterations):
             messages[0] = self._system(task, turn)  # the budget line stays current
@@ -62,6 +63,33 @@ class ReactAgent:
             tools = [spec.for_model() for spec in offered.values()]
             result = await self.client.chat(messages, tools=tools or None)
             if not result.tool_calls:
+                # (a model that called a tool before was sent them: nothing to tell)
+                if (
+                    tools
+                    and not task.transcript
+                    and _dropped(messages, tools, result.prompt_tokens)
+                ):
+                    raise self._failure(
+                        task,
+                        "the model endpoint dropped the tools it was sent (it counted "
+                        f"{result.prompt_tokens} prompt tokens, fewer than the tools' schemas "
+                        "alone take): this server or its chat format does not support tool "
+                        "calls (agent.no-tool-support); use a server and model with tool "
+                        "calling (e.g. llama.cpp with --jinja, vLLM with a tool parser)",
+                    )
+                made = sum(1 for entry in task.transcript if entry.status == "ok")
+                if made < task.min_tool_calls:
+                    if told:
+                        raise self._failure(
+                            task,
+                            f"answered after {made} successful tool call"
+                            f"{'' if made == 1 else 's'}, and this task needs "
+                            f"{task.min_tool_calls} (min_tool_calls) (agent.no-tool-calls)",
+                        )
+                    told = True
+                    messages.append({"role": "assistant", "content": result.content or ""})
+                    messages.append({"role": "user", "content": _act_first(task, made)})
+                    continue
                 answer, problem = self._final(task, result)
                 if problem is None:
                     return answer
@@ -184,6 +212,30 @@ class ReactAgent:
             detail = f" ({entry.detail})" if entry.detail else ""
             lines.append(f"  {entry.tool}: {entry.status}{detail}")
         return StepFailed("\n".join(lines))
+
+
+def _act_first(task: AgentTask, made: int) -> str:
+    return (
+        f"That answer does not count yet: this task needs at least {task.min_tool_calls} "
+        f"successful tool call{'' if task.min_tool_calls == 1 else 's'} before you answer, "
+        f"and {made} {'was' if made == 1 else 'were'} made. Call a tool now; do not answer "
+        "from memory or describe what you would do."
+    )
+
+
+CHARS_PER_TOKEN_MAX = 5
+"""No common tokenizer packs text or JSON into fewer tokens than one per 5 characters: so
+`chars / 5` is the least a prompt can count."""
+
+
+def _dropped(messages: list[dict[str, Any]], tools: list[dict[str, Any]], prompt: int) -> bool:
+    """Whether the endpoint's count of prompt tokens is too small to have included the
+    tools: below the least the messages and the tools' schemas together take. (0: the
+    endpoint did not say.)"""
+    if prompt <= 0:
+        return False
+    size = len(json.dumps(messages, default=repr)) + len(json.dumps(tools, default=repr))
+    return prompt < size // CHARS_PER_TOKEN_MAX
 
 
 def _withdrawn(spec: ToolSpec, *, last: bool) -> dict[str, Any]:

@@ -296,7 +296,7 @@ def test_a_dry_run_completes_with_unknown_outputs_and_counts_no_call_it_did_not_
     assert result["usage"]["tool_calls"] == 0
     assert result["steps"]["write"]["usage"]["tool_calls"] == 0
     assert "unknown: needs the output of 'count'" in proc.stderr
-    assert "(0 tool calls)" in proc.stderr
+    assert ", 0 tool calls)" in proc.stderr
     assert "error: output" not in proc.stderr
     assert not (tmp_path / "out.txt").exists()
 

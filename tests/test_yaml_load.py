@@ -172,7 +172,7 @@ def test_validating_a_valid_recipe_never_composes_a_node_tree(tmp_path: Path) ->
     """Positions cost a table entry per node (a million for 100,000 steps): a recipe with
     nothing to report never builds one."""
     bad = tmp_path / "bad.yaml"
-    bad.write_text("version: 1\nname: x\nsteps: []\nbad: 1\n", encoding="utf-8")
+    bad.write_text("version: 1\nname: x\ngoal: g\nsteps: []\nbad: 1\n", encoding="utf-8")
     code = (
         "import sys\n"
         "from capabilities import default_registry\n"
@@ -189,7 +189,7 @@ def test_validating_a_valid_recipe_never_composes_a_node_tree(tmp_path: Path) ->
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
-    assert done.stdout.split() == ["False", "4", "True"], done.stdout + done.stderr
+    assert done.stdout.split() == ["False", "5", "True"], done.stdout + done.stderr
 
 
 def test_a_large_recipe_locates_its_problems_from_its_packed_text() -> None:

@@ -124,7 +124,10 @@ def print_summary(result: RunResult, stream: IO[str]) -> None:
             _seconds(step.duration),
             _note(step),
         )
-    console.print(table)
+    if result.steps:
+        console.print(table)
+    else:
+        console.print(Text(f"run {result.run_id}: no steps ran"))
     for step_id, step in result.steps.items():
         for entry in (step.transcript or [])[:10]:
             arguments = neutralize(json.dumps(entry.get("arguments"), default=repr))
@@ -154,9 +157,13 @@ def print_summary(result: RunResult, stream: IO[str]) -> None:
         if usage.llm_calls
         else ""
     )
+    count = len(result.steps)
     console.print(
         Text(f"run {result.status}", style=style),
-        Text(f"  ({model}{usage.tool_calls} tool calls)", style="dim"),
+        Text(
+            f"  ({count} step{'' if count == 1 else 's'}, {model}{usage.tool_calls} tool calls)",
+            style="dim",
+        ),
     )
 
 

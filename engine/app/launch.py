@@ -158,7 +158,7 @@ def launch(
             return EXIT_INTERRUPTED
         code = print_result(outcome.result, outcome.secrets, as_json=settings.json)
         result = outcome.result
-        if outcome.store is not None and result.status in ("failed", "cancelled"):
+        if outcome.store is not None and outcome.ran and result.status in ("failed", "cancelled"):
             where = (
                 ""
                 if Path(outcome.store) == store_path(None, Path.cwd())
