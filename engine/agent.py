@@ -11,6 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine._model_schema import for_model
+
 __all__ = ["AgentRunner", "AgentTask", "CallTool", "ToolSpec", "TranscriptEntry", "tool_name_for"]
 
 CallTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
@@ -30,12 +32,14 @@ class ToolSpec:
     parameters: dict[str, Any]
 
     def for_model(self) -> dict[str, Any]:
+        """The tool as a model is sent it: its params schema simplified for grammar
+        compilers (`engine._model_schema`; the sandbox checks calls against the whole)."""
         return {
             "type": "function",
             "function": {
                 "name": tool_name_for(self.action),
                 "description": self.description,
-                "parameters": self.parameters,
+                "parameters": for_model(self.parameters),
             },
         }
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
+from engine._model_schema import for_model
 from engine.capability import Registry
 from engine.diagnostics import Diagnostic
 from engine.errors import PlanValidationError, StepFailed
@@ -77,7 +78,7 @@ class LLMPlanner:
                 "side_effects": "depends on params"
                 if tool.side_effects is None
                 else tool.side_effects,
-                "params": _compact(tool.params),
+                "params": for_model(tool.params),
             }
             for tool in registry.catalogue(grants)
         ]
@@ -162,23 +163,6 @@ class LLMPlanner:
         data, source = parse_recipe_text(text, file)
         plan = validate_plan(data, source, self.registry, base_dir=base_dir, planned=True)
         return PlanOutcome(plan, text, repairs=MAX_REPAIRS, fell_back=True, problems=problems)
-
-
-def _compact(schema: Any) -> Any:
-    """A params schema without titles: the model needs names, types and rules, not labels."""
-    if isinstance(schema, dict):
-        out: dict[str, Any] = {}
-        for key, value in schema.items():
-            if key == "title":
-                continue
-            if key in ("properties", "$defs", "definitions") and isinstance(value, dict):
-                out[key] = {name: _compact(sub) for name, sub in value.items()}  # names stay
-            else:
-                out[key] = _compact(value)
-        return out
-    if isinstance(schema, list):
-        return [_compact(v) for v in schema]
-    return schema
 
 
 def _recipe(

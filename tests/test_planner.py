@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 
 from capabilities import Action, CallContext, Family, Registry, default_registry
 from engine._graph import build_graph
+from engine._model_schema import for_model
 from engine.approval import ApproveAll
 from engine.errors import BudgetExceeded, ConfigurationError, StepTimeout
 from engine.executor import Executor
@@ -409,7 +410,9 @@ def test_catalogue_lists_only_granted_tools_with_params_schemas(
     assert names == expected
     for entry in catalogue:
         action = registry.actions[entry["name"]]
-        assert entry["params"] == without_titles(action.params_model.model_json_schema())
+        raw = action.params_model.model_json_schema()
+        assert entry["params"] == for_model(raw)  # what grammar compilers can take
+        assert entry["params"]["properties"].keys() == raw["properties"].keys()
         assert entry["params"]["type"] == "object"
         assert entry["description"] == action.description
     by_name = {entry["name"]: entry for entry in catalogue}
@@ -417,23 +420,6 @@ def test_catalogue_lists_only_granted_tools_with_params_schemas(
     assert by_name["test.write"]["side_effects"] is True
     assert set(by_name["test.run"]["params"]["properties"]) == {"key", "value"}
     assert planner.catalogue({}) == []
-
-
-def without_titles(schema: Any) -> Any:
-    """A JSON Schema without its `title` labels (a property named `title` stays)."""
-    if isinstance(schema, list):
-        return [without_titles(item) for item in schema]
-    if not isinstance(schema, dict):
-        return schema
-    return {
-        key: (
-            {name: without_titles(sub) for name, sub in value.items()}
-            if key in ("properties", "$defs", "definitions") and isinstance(value, dict)
-            else without_titles(value)
-        )
-        for key, value in schema.items()
-        if key != "title"
-    }
 
 
 class _TitledParams(BaseModel):
