@@ -9,8 +9,9 @@ only the shape: names, types, enums, what is required, and the descriptions.
 
 `for_model` keeps that and drops the rest: titles, length and size bounds, numeric bounds,
 patterns and formats, examples; `$ref`s are inlined (to `MAX_DEPTH` levels: deeper is any
-value), and `oneOf` is read as `anyOf`. A schema of any value names every JSON type, as
-llama.cpp's converter wants.
+value), `oneOf` is read as `anyOf`, and choices of an `anyOf` that say the same once
+simplified are kept once. A schema of any value names every JSON type, as llama.cpp's
+converter wants.
 """
 
 from __future__ import annotations
@@ -98,7 +99,31 @@ def _simplify(node: Any, defs: Mapping[str, Any], depth: int, seen: tuple[str, .
             out[key] = {name: _simplify(sub, defs, deeper, seen) for name, sub in value.items()}
         else:
             out[key] = _simplify(value, defs, deeper, seen)
+    choices = out.get("anyOf")
+    if isinstance(choices, list):
+        out = _one_of_each(out, choices)
     return _any(out)
+
+
+def _one_of_each(schema: dict[str, Any], choices: list[Any]) -> dict[str, Any]:
+    """`schema` with the choices of its `anyOf` that say the same (once what a grammar
+    cannot check is gone: a template's `pattern` made it another string) kept once; one
+    left stands in the `anyOf`'s place."""
+    kept: list[Any] = []
+    for choice in choices:
+        if not any(_shape(choice) == _shape(other) for other in kept):
+            kept.append(choice)
+    if len(kept) > 1:
+        return {**schema, "anyOf": kept}
+    rest = {k: v for k, v in schema.items() if k != "anyOf"}
+    only = kept[0] if kept and isinstance(kept[0], dict) else {}
+    return {**only, **rest}
+
+
+def _shape(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: v for k, v in schema.items() if k not in ("description", "default")}
+    return schema
 
 
 def _any(schema: dict[str, Any]) -> dict[str, Any]:

@@ -28,7 +28,7 @@ from pydantic import BaseModel
 from engine.capability import Action, Registry
 from engine.model import Plan, plan_json_schema
 
-__all__ = ["SCHEMA_ID", "recipe_schema"]
+__all__ = ["SCHEMA_ID", "params_schema", "recipe_schema"]
 
 SCHEMA_ID = "https://planloom.dev/schemas/recipe-v1.json"
 """The schema's `$id`: stable for recipe version 1."""
@@ -92,6 +92,17 @@ def _params_check(name: str, action: Action[Any], defs: dict[str, Any]) -> dict[
         "if": {"properties": {"tool": {"const": name}}, "required": ["tool"]},
         "then": {"properties": {"params": {"$ref": f"#/$defs/params.{name}"}}},
     }
+
+
+def params_schema(name: str, action: Action[Any]) -> dict[str, Any]:
+    """The params of action `name` as a step writes them (a template accepted wherever
+    something other than any text is), described, with the `$defs` its refs point to."""
+    defs: dict[str, Any] = {}
+    params = _hoisted(action.params_model, f"params.{name}", defs, action.param_docs)
+    schema: dict[str, Any] = _templatable(params)
+    if defs:
+        schema["$defs"] = defs
+    return schema
 
 
 def _templatable(schema: Any) -> Any:

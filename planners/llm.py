@@ -1,7 +1,9 @@
 """The LLM planner: a goal and the granted tools in, a validated `Plan` out.
 
 The model answers with JSON in recipe shape (`{"goal", "steps": [...]}`), through structured
-output where the endpoint supports it. The answer is written out as a YAML recipe and goes
+output where the endpoint supports it, asked for by the schema of a plan for the grant
+(`planners._plan_schema`: a server compiling it into a grammar cannot write a tool that is
+not granted). The answer is written out as a YAML recipe and goes
 through exactly the validation a hand-written recipe does; the problems go back to the
 model as the JSON error list, up to `MAX_REPAIRS` times. A plan still invalid after that
 falls back to a single ReAct agent step with the granted tools.
@@ -23,22 +25,12 @@ from engine.errors import PlanValidationError, StepFailed
 from engine.llm import LLMClient, NoJSON
 from engine.planning import PlanOutcome
 from engine.validation import validate_plan
+from planners._plan_schema import plan_schema
 from planners.recipe import parse_recipe_text
 
 __all__ = ["MAX_REPAIRS", "LLMPlanner", "PlanOutcome", "model_written", "plan_to_yaml"]
 
 MAX_REPAIRS = 2
-
-# Loose on purpose: strict schemas are refused by many compatible servers, and validation
-# afterwards is exact.
-PLAN_SCHEMA: dict[str, Any] = {
-    "type": "object",
-    "properties": {
-        "goal": {"type": "string"},
-        "steps": {"type": "array", "items": {"type": "object"}},
-    },
-    "required": ["steps"],
-}
 
 SYSTEM = """You are the planner of planloom, a workflow engine. Write a plan that reaches the goal
 using ONLY the tools listed below. Answer with JSON only:
@@ -70,7 +62,9 @@ class LLMPlanner:
         Raises:
             DiscoveryFailed: a granted server could not be listed (a configuration error).
         """
-        registry = self.registry.bind(grants, base_dir or Path.cwd())
+        return self._catalogue(self.registry.bind(grants, base_dir or Path.cwd()), grants)
+
+    def _catalogue(self, registry: Registry, grants: dict[str, Any]) -> list[dict[str, Any]]:
         return [
             {
                 "name": tool.name,
@@ -104,7 +98,11 @@ class LLMPlanner:
             StepFailed: the plan stayed invalid and no tools are granted for a fallback.
         """
         grants = base.get("capabilities") or {}
-        tools = self.catalogue(grants, base_dir)
+        registry = self.registry.bind(grants, base_dir)
+        tools = self._catalogue(registry, grants)
+        # What a plan is for this grant: a server that compiles it into a grammar cannot
+        # write a tool that is not granted, nor a param the tool does not take.
+        schema = plan_schema(registry, grants)
         prompt = goal if context is None else f"{goal}\n\nContext:\n{context}"
         messages: list[dict[str, Any]] = [
             {"role": "system", "content": SYSTEM.format(tools=json.dumps(tools))},
@@ -114,7 +112,7 @@ class LLMPlanner:
         for attempt in range(MAX_REPAIRS + 1):
             text: str | None = None
             try:
-                answer = await self.client.chat_json(messages, PLAN_SCHEMA, name="plan")
+                answer = await self.client.chat_json(messages, schema, name="plan")
             except NoJSON as exc:  # an answer with no (usable) JSON is a problem to repair too
                 answer, diagnostics = None, [_no_json(file, exc.message, exc.rule)]
             else:

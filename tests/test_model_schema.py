@@ -93,7 +93,7 @@ def test_refs_are_inlined_and_a_cycle_or_great_depth_is_any_value() -> None:
         },
         "type": "object",
         "properties": {"root": {"$ref": "#/$defs/Node", "description": "the top"}},
-        "oneOf": [{"required": ["root"]}],
+        "oneOf": [{"required": ["root"]}, {"required": ["other"]}],
     }
     sent = for_model(raw)
     assert "$defs" not in sent
@@ -126,3 +126,17 @@ def test_the_planner_catalogue_sends_simplified_params(tmp_path: Path) -> None:
     for tool in catalogue:
         assert not DROPPED & set(_keywords(tool["params"])), tool["name"]
         _grammar(tool["params"])
+
+
+def test_choices_that_say_the_same_once_simplified_are_kept_once() -> None:
+    """A param that takes text or a template (a string with a `pattern`) is one string."""
+    templated = {
+        "anyOf": [
+            {"type": "string", "maxLength": 100, "description": "a path"},
+            {"type": "string", "pattern": "\\$\\{\\{", "description": "a template"},
+        ],
+        "description": "where",
+    }
+    assert for_model(templated) == {"type": "string", "description": "where"}
+    kept = for_model({"anyOf": [{"type": "boolean"}, templated["anyOf"][1]]})
+    assert kept == {"anyOf": [{"type": "boolean"}, {"type": "string", "description": "a template"}]}
