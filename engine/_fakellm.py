@@ -74,10 +74,10 @@ class FakeOpenAIServer:
 
     Each chat completion request is recorded, then checked in this order: the API key
     (401), `chat_status`, `json_schema` support (400), the next injected fault, and finally
-    the model. A one-token request (`max_tokens: 1`, the probe `planloom` sends before a
-    run) is recorded in `probes` instead, checked for the key and `chat_status` only, and
-    answered "ok" without the model or the fault queue, so probes do not shift scripted
-    replies or consume injected faults.
+    the model. A one-token request (`max_tokens: 1`, the probe `planloom --preflight chat`
+    sends before a run) is recorded in `probes` instead, checked for the key and
+    `chat_status` only, and answered "ok" without the model or the fault queue, so probes
+    do not shift scripted replies or consume injected faults.
 
     Args:
         model: a `ScriptedModel`, or a function it wraps.
@@ -94,6 +94,7 @@ class FakeOpenAIServer:
         model: the `ScriptedModel` answering requests.
         requests: every chat completion request received, faulted or not (probes aside).
         probes: every one-token probe request received.
+        model_lists: how many `GET /models` requests were received (the default preflight).
         headers: the headers of each of those requests (lower-case names), same order.
         errors: exceptions the model function raised (each became an HTTP 500), and any
             bug in the fake itself.
@@ -115,6 +116,7 @@ class FakeOpenAIServer:
         self.chat_status = chat_status
         self.requests: list[ChatRequest] = []
         self.probes: list[ChatRequest] = []
+        self.model_lists = 0
         self.headers: list[dict[str, str]] = []
         self.errors: list[Exception] = []
         self._faults: deque[Fault] = deque()
@@ -279,6 +281,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if self.path.rstrip("/") != "/v1/models":
             self._send(404, error_body(404, f"Unknown path {self.path}"))
             return
+        with self.fake._lock:
+            self.fake.model_lists += 1
         if not self.fake._authorized(headers):
             self._send(401, error_body(401))
             return

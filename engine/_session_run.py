@@ -109,7 +109,7 @@ class SessionRun:
         status = "cancelled"  # unless it ends
         try:
             if client is not None and not self.session._offline:
-                await client.preflight()
+                await client.preflight(chat=self.session.options.preflight == "chat")
             if self.goal is not None:
                 assert client is not None
                 self._watch(client)

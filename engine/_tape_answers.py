@@ -93,6 +93,7 @@ class TapeAnswers:
                     "tool_calls": [call.model_dump() for call in result.tool_calls],
                     "prompt_tokens": result.prompt_tokens,
                     "completion_tokens": result.completion_tokens,
+                    "finish_reason": result.finish_reason,
                 }
             )
         )

@@ -125,6 +125,7 @@ class RecordedReply(_Entry):
     tool_calls: list[ToolCallRequest] = []
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    finish_reason: str | None = None  # None in cassettes recorded before it was kept
 
 
 class LLMExchange(_Entry):
@@ -252,6 +253,9 @@ class Cassette(_Entry):
         """The YAML text: entries in a stable order, no timestamps, multi-line text as blocks."""
         data = self.model_dump(mode="json", exclude_none=False)
         data["llm"] = [_compact(e) for e in _sorted_llm(data["llm"])]
+        for entry in data["llm"]:  # a reply recorded without one stays as it was written
+            if entry.get("response", {}).get("finish_reason", "") is None:
+                del entry["response"]["finish_reason"]
         data["tools"] = [
             _compact(e)
             for e in sorted(

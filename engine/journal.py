@@ -426,6 +426,7 @@ class _JournalAnswers:
                 "tool_calls": [call.model_dump() for call in result.tool_calls],
                 "prompt_tokens": result.prompt_tokens,
                 "completion_tokens": result.completion_tokens,
+                "finish_reason": result.finish_reason,
             }
         )
         journal.write("llm", scope, {**base, "response": reply}, durable=True)

@@ -1,12 +1,16 @@
 """One client layer over `openai.AsyncOpenAI` for any OpenAI-compatible endpoint.
 
 Configuration comes from the CLI, then the environment (`PLANLOOM_MODEL`, `OPENAI_BASE_URL`,
-`OPENAI_API_KEY`), then the recipe's `llm:` block (see `engine.llm_config`). Calls retry
-429, 5xx, timeouts and connection errors with 1 s, 2 s, 4 s backoff (a `Retry-After` header
-wins); 400 is not retried; 401/403 and a missing key are `ConfigurationError`s, found by
-`preflight()` (which lists the models and sends a one-token chat request) before any step
-runs. Every call, answered or failed, counts against the run's budget; answered ones record
-tokens and latency. openai's exceptions are translated here, once.
+`OPENAI_API_KEY`, `PLANLOOM_LLM_TIMEOUT`...), then the recipe's `llm:` block (see
+`engine.llm_config`). Every request carries `max_tokens`. Calls retry 429, 5xx, timeouts and
+connection errors (`retries` times, 3 by default) with 1 s, 2 s, 4 s backoff (a `Retry-After`
+header wins); 400 is not retried, nor a timeout on loopback unless `retries` is set, nor an
+error whose body names `response_format`: `chat_json` then asks at once in a simpler
+structured-output mode. 401/403 and a missing key are `ConfigurationError`s, found by
+`preflight()` (`GET /models`) before any step runs, or by the first call. Every call,
+answered or failed, counts against the run's budget; answered ones record tokens and
+latency. openai's exceptions are translated here, once; a server's error body is shown on
+one clean line.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from engine._limits import TooDeep, decode_json, loads_json
+from engine._limits import TooDeep, loads_json
+from engine._llm_text import bad_json, one_line, quoted_at, unfenced
 from engine._secrets import Secrets
 from engine.errors import ConfigurationError, PlanloomError, StepError, StepFailed, StepTimeout
 from engine.llm_config import Budget, LLMConfig, resolve_llm_config
@@ -66,15 +71,16 @@ class ModelCallCancelled(StepFailed):
 
 
 class NoJSON(LLMError):
-    """The model answered, but its answer holds no usable JSON value.
+    """The model answered, but its answer is not one usable JSON value.
 
     Attributes:
-        rule: `not-json`, or `too-deep` when the JSON nests deeper than `MAX_DEPTH`.
+        rule: `bad-json` (not exactly one complete JSON value), `cut-off` (the answer
+            stopped at `max_tokens`), or `too-deep` (the JSON nests deeper than `MAX_DEPTH`).
     """
 
-    rule = "not-json"
+    rule = "bad-json"
 
-    def __init__(self, message: str, *, rule: str = "not-json") -> None:
+    def __init__(self, message: str, *, rule: str = "bad-json") -> None:
         super().__init__(message)
         self.rule = rule
 
@@ -99,6 +105,9 @@ class ChatResult(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     latency: float = 0.0
+    # Why the answer ended ("stop", "length", "tool_calls"...); None when not said (and in
+    # cassettes and journals written before it was kept).
+    finish_reason: str | None = None
 
 
 JsonMode = Literal["json_schema", "json_object", "text"]
@@ -150,6 +159,12 @@ class LLMClient:
     on_wait: Callable[[float, str], None] | None = None
     # A call that failed for good (retries spent, key refused): the error and its seconds.
     on_fail: Callable[[PlanloomError, float], None] | None = None
+    # The request field the answer's length is bounded by: `max_completion_tokens` for
+    # endpoints that refuse `max_tokens` (OpenAI's reasoning models).
+    tokens_field: str = "max_tokens"
+    # The endpoint refused the key (401/403): every later call fails at once, unsent, with
+    # the same message (a step's retries, its fallback, the other steps), so the run ends.
+    refused: str | None = None
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -166,16 +181,19 @@ class LLMClient:
     async def aclose(self) -> None:
         await self.client.close()
 
-    async def preflight(self) -> None:
+    async def preflight(self, *, chat: bool = False) -> None:
         """Fail before any step runs if the endpoint refuses the key or cannot be reached.
 
-        Two requests: `GET /models` (is anything there?), then a one-token chat completion
-        (`max_tokens=1`), because some endpoints answer `/models` to anyone and refuse the
-        key only on the chat endpoint the run uses. The probe is a check, not part of the
-        run: it is not counted in the budget or in `usage`, and never recorded in a
-        cassette. Only 401/403 (and no connection at all) fail: any other answer to the
-        probe (a 400 for `max_tokens` on models that want `max_completion_tokens`, a 429,
-        a 5xx, a slow answer) is left for the run's own calls, which retry and report it.
+        `GET /models` (is anything there, and does it take the key?); with `chat`, then a
+        one-token chat completion (`max_tokens=1`), for endpoints that answer `/models` to
+        anyone and refuse the key only on the chat endpoint. The chat probe costs a
+        generation, so it is asked for (`--preflight chat`), not made by default: a key
+        refused at the first real call stops the run there, with the same message. The
+        probe is a check, not part of the run: it is not counted in the budget or in
+        `usage`, and never recorded in a cassette. Only 401/403 (and no connection at all)
+        fail: any other answer (a 404 for a server with no `/models`, a 400 for
+        `max_tokens` on models that want `max_completion_tokens`, a 429, a 5xx, a slow
+        answer) is left for the run's own calls, which retry and report it.
 
         Raises:
             ConfigurationError: 401/403, or the endpoint cannot be reached at all.
@@ -186,14 +204,16 @@ class LLMClient:
         try:
             await self.client.models.list()
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise _refused(exc, f"{where}/models") from exc
+            raise _refused(exc, f"{where}/models", before=True) from exc
         except openai.APIConnectionError as exc:
             raise ConfigurationError(
                 f"cannot reach the model endpoint {where}: {type(exc).__name__}; check "
                 "--base-url (or OPENAI_BASE_URL) and that the server is running"
             ) from exc
         except openai.APIStatusError:
-            pass  # no /models on this server (some compatible servers): the probe checks
+            pass  # no /models on this server (some compatible servers): the calls will say
+        if not chat:
+            return
         try:
             await self.client.chat.completions.create(
                 model=self.config.model,
@@ -201,7 +221,7 @@ class LLMClient:
                 max_tokens=1,
             )
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise _refused(exc, f"{where}/chat/completions") from exc
+            raise _refused(exc, f"{where}/chat/completions", before=True) from exc
         except (openai.APIError, ValueError):
             pass  # not a key problem: the run's own calls retry it and report it
 
@@ -216,10 +236,12 @@ class LLMClient:
 
         Raises:
             BudgetExceeded: the run's model budget is spent.
-            ConfigurationError: the endpoint refused the key (401/403).
+            ConfigurationError: the endpoint refused the key (401/403), now or before.
             LLMError: a non-retryable error, or retries exhausted.
             StepTimeout: the last attempt timed out.
         """
+        if self.refused is not None:
+            raise ConfigurationError(self.refused)
         self.budget.check()
         # Tool output, tool descriptions and errors may quote a secret (a token a server
         # echoes back): the model never sees one. The environment is read again each time,
@@ -233,6 +255,8 @@ class LLMClient:
             kwargs["response_format"] = response_format
         if self.config.temperature is not None:
             kwargs["temperature"] = self.config.temperature
+        # Always bounded: an answer that runs on would hold the step (and a local server).
+        kwargs[self.tokens_field] = self.config.max_tokens
         started = time.monotonic()
         sent = False  # whether the call went out (and so counts, even if cut off)
 
@@ -248,6 +272,8 @@ class LLMClient:
         try:
             result = await self.answers.chat(kwargs, call, self._count)
         except (StepError, ConfigurationError) as exc:  # a call made that failed
+            if isinstance(exc, ConfigurationError):
+                self.refused = str(exc)
             if self.on_fail is not None:
                 self.on_fail(exc, time.monotonic() - started)
             raise
@@ -267,33 +293,53 @@ class LLMClient:
             self.on_wait(seconds, _why(failed))
 
     async def _live(self, kwargs: dict[str, Any]) -> ChatResult:
+        started = time.monotonic()
+        self.budget.calls += 1  # counted when sent: a call that fails is still a call made
+        try:
+            response = await self._create(kwargs)
+        except LLMError as exc:
+            other = "max_completion_tokens"
+            if exc.status != 400 or self.tokens_field == other or other not in exc.message:
+                raise
+            # The endpoint wants the newer field (OpenAI's reasoning models): the same
+            # bound, named as it asks, for this call and the next.
+            self.tokens_field = other
+            kwargs = {k: v for k, v in kwargs.items() if k != "max_tokens"}
+            kwargs[other] = self.config.max_tokens
+            response = await self._create(kwargs)
+        return self._account(response, time.monotonic() - started)
+
+    async def _create(self, kwargs: dict[str, Any]) -> Any:
+        """One chat completion request, with its retries; openai's errors translated."""
         import openai
 
+        config = self.config
         retrying = AsyncRetrying(
-            stop=stop_after_attempt(len(BACKOFF) + 1),
+            stop=stop_after_attempt(config.retries + 1),
             wait=_backoff,
-            retry=retry_if_exception(_transient),
+            retry=retry_if_exception(
+                lambda exc: (
+                    _transient(exc)
+                    and (config.retry_timeouts or not isinstance(exc, openai.APITimeoutError))
+                )
+            ),
             sleep=self.sleep,
             before_sleep=self._waiting,
             reraise=True,
         )
-        started = time.monotonic()
-        self.budget.calls += 1  # counted when sent: a call that fails is still a call made
+        attempts = 0
+        where = config.base_url or "https://api.openai.com/v1"
         try:
             async for attempt in retrying:
                 with attempt:
+                    attempts += 1
                     response = await self.client.chat.completions.create(**kwargs)
                     if isinstance(response, str | bytes):  # an HTML page from a proxy...
-                        raise _NotACompletion(f"not JSON: {str(response)[:200]!r}")
+                        raise _NotACompletion(f"not JSON: {one_line(str(response), 200)!r}")
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise ConfigurationError(
-                f"the model endpoint refused the API key ({exc.status_code})"
-            ) from exc
+            raise _refused(exc, f"{where}/chat/completions", before=False) from exc
         except openai.APITimeoutError as exc:
-            raise StepTimeout(
-                f"the model did not answer within {self.config.timeout:g} s "
-                f"({len(BACKOFF) + 1} attempts)"
-            ) from exc
+            raise StepTimeout(_timed_out(config, attempts)) from exc
         except openai.APIStatusError as exc:
             raise LLMError(
                 f"the model endpoint answered {exc.status_code}: {_message(exc)}",
@@ -303,7 +349,7 @@ class LLMClient:
             raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
         except (ValueError, _NotACompletion) as exc:  # JSONDecodeError from the client
             raise LLMError(f"the model endpoint sent a malformed response: {exc}") from exc
-        return self._account(response, time.monotonic() - started)
+        return response
 
     def _count(self, result: ChatResult) -> None:
         """Count a replayed answer (or recorded failure) as its live call was counted."""
@@ -319,7 +365,8 @@ class LLMClient:
         self.budget.prompt_tokens += prompt
         self.budget.completion_tokens += completion
         try:
-            message = response.choices[0].message
+            choice = response.choices[0]
+            message = choice.message
         except (AttributeError, IndexError, TypeError) as exc:
             raise LLMError(
                 f"the model endpoint sent something that is not a chat completion: "
@@ -340,6 +387,7 @@ class LLMClient:
                 prompt_tokens=prompt,
                 completion_tokens=completion,
                 latency=latency,
+                finish_reason=getattr(choice, "finish_reason", None),
             )
         except (ValidationError, AttributeError, TypeError) as exc:
             raise LLMError(f"the model's reply is malformed: {str(exc)[:300]}") from exc
@@ -348,10 +396,15 @@ class LLMClient:
         self, messages: list[dict[str, Any]], schema: dict[str, Any], *, name: str = "answer"
     ) -> Any:
         """A JSON answer: structured output where the endpoint supports it, else JSON mode,
-        else tolerant extraction from text.
+        else the answer's text, which must be one JSON value (see `extract_json`).
+
+        An endpoint that refuses the `response_format` (any 4xx or 5xx whose body names it)
+        is asked again at once in the next mode: `json_schema`, `json_object`, text.
 
         Raises:
-            LLMError: the answer holds no JSON.
+            NoJSON: the answer is not one complete JSON value (`bad-json`), stopped at
+                `max_tokens` (`cut-off`), or nests too deep (`too-deep`).
+            LLMError: the call failed.
         """
         while True:
             if self.json_mode == "json_schema":
@@ -370,46 +423,65 @@ class LLMClient:
                     self.json_mode = "json_object" if self.json_mode == "json_schema" else "text"
                     continue
                 raise
+            if result.finish_reason == "length":
+                raise NoJSON(
+                    f"the answer was cut off at max_tokens {self.config.max_tokens} "
+                    "(--llm-max-tokens, PLANLOOM_LLM_MAX_TOKENS or llm: max_tokens raises it)",
+                    rule="cut-off",
+                )
             return extract_json(result.content or "")
 
 
 def _refuses_json_mode(error: LLMError) -> bool:
-    """Whether the endpoint refused the call's `response_format`: a 400 or 422 that speaks
-    of JSON, or any 4xx that names `response_format`. The status is the error's, or (an
-    error a cassette or a journal served) the one its message quotes."""
+    """Whether the endpoint refused the call's `response_format`: any 4xx or 5xx whose
+    body names `response_format` or `json_schema` (llama-cpp-python answers a 500 naming
+    `response_format.type`), or a 400 or 422 that speaks of JSON. The status is the
+    error's, or (an error a cassette or a journal served) the one its message quotes."""
     status = error.status
     if status is None:
         quoted = _ANSWERED.search(error.message)
         status = int(quoted.group(1)) if quoted else None
-    if status is None or not 400 <= status < 500:
+    if status is None or not 400 <= status < 600:
         return False
     text = error.message.lower()
-    return "response_format" in text or (status in (400, 422) and "json" in text)
+    return _names_format(text) or (status in (400, 422) and "json" in text)
+
+
+def _names_format(text: str) -> bool:
+    return "response_format" in text or "json_schema" in text
 
 
 _ANSWERED = re.compile(r"the model endpoint answered (\d{3}):")
 
 
 def extract_json(text: str) -> Any:
-    """The first JSON value in `text`: all of it, a fenced block, or the first {...}/[...].
+    """The one JSON value `text` is: all of it but surrounding whitespace and at most one
+    enclosing Markdown code fence (```json ... ``` or ``` ... ```).
 
     Raises:
-        NoJSON: no JSON value could be found, or it nests deeper than `MAX_DEPTH` (its
-            `rule` is then `too-deep`: a value nested in it is not the answer either).
+        NoJSON: `text` is not exactly one complete JSON value (rule `bad-json`: cut short,
+            two values, prose around it, none at all; the message gives the line, column
+            and text where it goes wrong), or it nests deeper than `MAX_DEPTH` (`too-deep`).
     """
-    candidates = [text.strip()]
-    candidates += re.findall(r"```(?:json)?\s*(.*?)```", text, re.S)
+    body, start = unfenced(text)
+    if not body:
+        raise NoJSON(
+            "the model's answer is not JSON: it is empty"
+            + (" (an empty code fence)" if text.strip() else "")
+        )
     try:
-        for candidate in candidates:
-            with contextlib.suppress(json.JSONDecodeError):
-                return loads_json(candidate)
-        for index, char in enumerate(text):
-            if char in "{[":
-                with contextlib.suppress(json.JSONDecodeError):
-                    return decode_json(text, index)[0]
+        return loads_json(body)
     except TooDeep as exc:
         raise NoJSON(f"the model's answer is unusable: {exc.message}", rule=exc.rule) from None
-    raise NoJSON(f"the model's answer holds no JSON: {text[:200]!r}")
+    except json.JSONDecodeError as exc:
+        if exc.pos == 0 and not any(bracket in body for bracket in "{["):
+            where = quoted_at(text, start)
+            raise NoJSON(
+                f"the model's answer is not JSON: it holds no JSON value, {where}"
+            ) from None
+        raise NoJSON(
+            f"the model's answer is not one complete JSON value: {bad_json(text, start, exc)}"
+        ) from None
 
 
 def _why(exc: BaseException | None) -> str:
@@ -429,6 +501,8 @@ def _transient(exc: BaseException) -> bool:
     import openai
 
     if isinstance(exc, openai.APIStatusError):
+        if _names_format(_message(exc).lower()):
+            return False  # the format refused: the same request fails again (chat_json)
         return exc.status_code == 429 or exc.status_code >= 500
     # A body that is not JSON (the client raises JSONDecodeError) is a broken response too.
     return isinstance(
@@ -451,19 +525,43 @@ def _backoff(state: RetryCallState) -> float:
 
 
 def _message(exc: openai.APIStatusError) -> str:
+    """The server's error message, on one clean line (a traceback down to its last line)."""
     body = exc.body
+    text: str | None = None
     if isinstance(body, dict):
         error = body.get("error", body)
         if isinstance(error, dict) and error.get("message"):
-            return str(error["message"])[:500]
-    return str(exc)[:500]
+            text = str(error["message"])
+        elif isinstance(error, str) and error:
+            text = error
+        elif isinstance(body.get("detail"), str | list):
+            text = str(body["detail"])
+    if text is None:
+        text = exc.response.text if body is None or isinstance(body, str) else str(exc)
+    return one_line(text[:20_000], _BODY) or f"(no message; HTTP {exc.status_code})"
 
 
-def _refused(exc: openai.APIStatusError, endpoint: str) -> ConfigurationError:
-    """The configuration error for a 401/403: which endpoint, and what to fix."""
+_BODY = 300
+"""Characters of a server's error message shown."""
+
+
+def _timed_out(config: LLMConfig, attempts: int) -> str:
+    """Why a call timed out, and how to wait longer."""
+    tries = f"{attempts} attempts" if attempts > 1 else "not retried"
+    if attempts <= 1 and not config.retry_timeouts:
+        tries += ": a local server goes on generating the answer it was asked for"
+    return (
+        f"the model did not answer within {config.timeout:g} s ({tries}); raise the timeout "
+        "with --llm-timeout SECONDS, PLANLOOM_LLM_TIMEOUT or llm: timeout"
+    )
+
+
+def _refused(exc: openai.APIStatusError, endpoint: str, *, before: bool) -> ConfigurationError:
+    """The configuration error for a 401/403: which endpoint, and what to fix (`before`:
+    found before any step ran)."""
     # The server's message is left out: some echo part of the key they refused.
     return ConfigurationError(
         f"the model endpoint {endpoint} refused the API key ({exc.status_code}): check "
-        "OPENAI_API_KEY, --base-url (or OPENAI_BASE_URL) and --model (or PLANLOOM_MODEL); "
-        "nothing was run"
+        "OPENAI_API_KEY, --base-url (or OPENAI_BASE_URL) and --model (or PLANLOOM_MODEL)"
+        + ("; nothing was run" if before else "")
     )

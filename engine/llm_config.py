@@ -1,5 +1,13 @@
 """What a run's model calls are configured by and counted against: `LLMConfig` (flags, then
-environment, then the recipe's `llm:` block) and the run's `Budget`."""
+environment, then the recipe's `llm:` block) and the run's `Budget`.
+
+The limits of one call: `timeout` (`--llm-timeout`, `PLANLOOM_LLM_TIMEOUT`, `llm: timeout`;
+30 s, or 600 s for a base URL on loopback, where a small machine may take minutes to
+answer), `max_tokens` (`--llm-max-tokens`, `PLANLOOM_LLM_MAX_TOKENS`, `llm: max_tokens`;
+sent with every request, so no answer runs on without bound) and `retries`
+(`PLANLOOM_LLM_RETRIES`, `llm: retries`). A timed-out call to a loopback endpoint is not
+retried unless `retries` is set: the server is still generating the answer it abandoned.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +20,25 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, SecretStr
 
+from engine._sanitize import neutralize
 from engine.errors import BudgetExceeded, ConfigurationError
-from engine.model import LLMSettings
+from engine.model import MAX_LLM_RETRIES, MAX_LLM_TIMEOUT, MAX_LLM_TOKENS, LLMSettings
 
-__all__ = ["DEFAULT_TIMEOUT", "Budget", "LLMConfig", "resolve_llm_config"]
+__all__ = [
+    "DEFAULT_MAX_TOKENS",
+    "DEFAULT_RETRIES",
+    "DEFAULT_TIMEOUT",
+    "LOOPBACK_TIMEOUT",
+    "Budget",
+    "LLMConfig",
+    "read_limit",
+    "resolve_llm_config",
+]
 
 DEFAULT_TIMEOUT = 30.0
+LOOPBACK_TIMEOUT = 600.0
+DEFAULT_MAX_TOKENS = 2048
+DEFAULT_RETRIES = 3
 
 
 class LLMConfig(BaseModel):
@@ -28,6 +49,10 @@ class LLMConfig(BaseModel):
     api_key: SecretStr | None = None
     temperature: float | None = None
     timeout: float = DEFAULT_TIMEOUT
+    max_tokens: int = DEFAULT_MAX_TOKENS
+    retries: int = DEFAULT_RETRIES
+    # Whether a timed-out call is retried: not, by default, on loopback (see above).
+    retry_timeouts: bool = True
 
 
 def resolve_llm_config(
@@ -35,12 +60,18 @@ def resolve_llm_config(
     *,
     model: str | None = None,
     base_url: str | None = None,
+    timeout: float | None = None,
+    max_tokens: int | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> LLMConfig:
     """The effective configuration: CLI flags, then environment, then recipe.
 
+    `timeout` and `max_tokens` are the flags' values (`--llm-timeout`, `--llm-max-tokens`,
+    read with `read_limit`).
+
     Raises:
-        ConfigurationError: no model is named, or no API key for a remote endpoint.
+        ConfigurationError: no model is named, no API key for a remote endpoint, or a
+            variable (`PLANLOOM_LLM_TIMEOUT`, ...) holds a bad value.
     """
     env = os.environ if environ is None else environ
     chosen_model = model or env.get("PLANLOOM_MODEL") or (recipe.model if recipe else None)
@@ -51,18 +82,73 @@ def resolve_llm_config(
         )
     url = base_url or env.get("OPENAI_BASE_URL") or (recipe.base_url if recipe else None)
     key = env.get("OPENAI_API_KEY")
-    if not key and not _is_loopback(url):
+    loopback = _is_loopback(url)
+    if not key and not loopback:
         where = url or "the OpenAI API"
         raise ConfigurationError(
             f"no API key for {where}: set OPENAI_API_KEY (a base URL on loopback, such as a "
             "local Ollama or vLLM, needs none)"
         )
+
+    def setting(flag: float | None, name: str, field: str) -> float | None:
+        if flag is not None:
+            return flag
+        text = env.get(name, "").strip()
+        if text:
+            return read_limit(text, field, name)
+        value: float | None = getattr(recipe, field) if recipe is not None else None
+        return value
+
+    chosen_timeout = setting(timeout, "PLANLOOM_LLM_TIMEOUT", "timeout")
+    chosen_tokens = setting(max_tokens, "PLANLOOM_LLM_MAX_TOKENS", "max_tokens")
+    retries = setting(None, "PLANLOOM_LLM_RETRIES", "retries")
+    if chosen_timeout is None:
+        chosen_timeout = LOOPBACK_TIMEOUT if loopback else DEFAULT_TIMEOUT
     return LLMConfig(
         model=chosen_model,
         base_url=url,
         api_key=SecretStr(key) if key else None,
         temperature=recipe.temperature if recipe else None,
+        timeout=chosen_timeout,
+        max_tokens=int(chosen_tokens) if chosen_tokens is not None else DEFAULT_MAX_TOKENS,
+        retries=int(retries) if retries is not None else DEFAULT_RETRIES,
+        retry_timeouts=retries is not None or not loopback,
     )
+
+
+# The bounds of each limit (lowest, highest, whether the lowest itself is allowed), as the
+# recipe's `llm:` block has them (engine.model.LLMSettings).
+_BOUNDS: dict[str, tuple[str, float, float, bool]] = {
+    "timeout": ("a number of seconds", 0, MAX_LLM_TIMEOUT, False),
+    "max_tokens": ("a whole number of tokens", 1, MAX_LLM_TOKENS, True),
+    "retries": ("a whole number", 0, MAX_LLM_RETRIES, True),
+}
+
+
+def read_limit(text: str, field: str, where: str) -> float:
+    """The value of limit `field` (`timeout`, `max_tokens` or `retries`) written as `text`
+    in `where` (a flag or a variable's name), checked against its bounds.
+
+    Raises:
+        ConfigurationError: `text` is not such a number; the message names `where`.
+    """
+    what, low, high, closed = _BOUNDS[field]
+    whole = field != "timeout"
+    try:
+        value = int(text) if whole else float(text)
+    except ValueError:
+        value = None
+    if value is None or not (value >= low if closed else value > low) or not value <= high:
+        above = f"at least {low:g}" if closed else f"above {low:g}"
+        gap = " " if where.startswith("-") else "="
+        raise ConfigurationError(
+            f"{where}{gap}{neutralize(text)[:40]!r}: expected {what}, {above} and at most "
+            f"{high:.0f} (e.g. {where}{gap}{_EXAMPLE[field]})"
+        )
+    return value
+
+
+_EXAMPLE = {"timeout": "120", "max_tokens": "2048", "retries": "3"}
 
 
 def _is_loopback(url: str | None) -> bool:

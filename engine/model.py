@@ -13,6 +13,9 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
 
 __all__ = [
     "ID_PATTERN",
+    "MAX_LLM_RETRIES",
+    "MAX_LLM_TIMEOUT",
+    "MAX_LLM_TOKENS",
     "NAME_PATTERN",
     "AgentSpec",
     "FallbackAction",
@@ -81,9 +84,6 @@ class AgentSpec(_Model):
     output_schema: dict[str, Any] | None = Field(
         None, description="A JSON Schema the agent's final answer must fit."
     )
-
-
-class FallbackAction(_Model):
     min_tool_calls: int = Field(
         0,
         ge=0,
@@ -91,6 +91,9 @@ class FallbackAction(_Model):
         description="Successful tool calls the agent must make before its answer counts "
         "(an answer before them is sent back once, then the step fails).",
     )
+
+
+class FallbackAction(_Model):
     """What runs when a step's primary action has failed for good."""
 
     tool: str | None = Field(None, description="The action called instead.")
@@ -208,6 +211,14 @@ class InputSpec(_Model):
         return isinstance(value, kinds)
 
 
+MAX_LLM_TIMEOUT = 86_400.0
+"""The longest wait for one model answer, in seconds: a day."""
+MAX_LLM_TOKENS = 1_000_000
+"""The largest `max_tokens` a request may carry."""
+MAX_LLM_RETRIES = 10
+"""The most retries of one model call."""
+
+
 class LLMSettings(_Model):
     """Which model serves the plan; the CLI and environment override these."""
 
@@ -216,6 +227,28 @@ class LLMSettings(_Model):
         None, description="An OpenAI-compatible endpoint (`--base-url` overrides it)."
     )
     temperature: float | None = Field(None, ge=0, le=2, description="Sampling temperature.")
+    timeout: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_LLM_TIMEOUT,
+        description="Seconds to wait for one answer (`--llm-timeout`, `PLANLOOM_LLM_TIMEOUT` "
+        "override it); 30, or 600 for a base URL on loopback.",
+    )
+    max_tokens: int | None = Field(
+        None,
+        ge=1,
+        le=MAX_LLM_TOKENS,
+        description="The longest answer, in tokens, sent with every request "
+        "(`--llm-max-tokens`, `PLANLOOM_LLM_MAX_TOKENS` override it); 2048.",
+    )
+    retries: int | None = Field(
+        None,
+        ge=0,
+        le=MAX_LLM_RETRIES,
+        description="Retries of a call that failed on the way (429, 5xx, timeout; "
+        "`PLANLOOM_LLM_RETRIES` overrides it); 3, and a timeout on loopback is not retried "
+        "unless this is set.",
+    )
 
 
 class Limits(_Model):

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, TypeVar
+from typing import Any, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -43,11 +43,20 @@ class SessionOptions:
         dry_run: read-only actions run; side effects are reported, not made.
         model: the model name (else `PLANLOOM_MODEL`, else the recipe's).
         base_url: an OpenAI-compatible endpoint (else `OPENAI_BASE_URL`, else OpenAI).
+        llm_timeout: seconds to wait for one model answer (else `PLANLOOM_LLM_TIMEOUT`,
+            else the recipe's `llm: timeout`).
+        llm_max_tokens: the longest model answer, in tokens (else
+            `PLANLOOM_LLM_MAX_TOKENS`, else the recipe's `llm: max_tokens`).
+        preflight: the check of the endpoint before anything runs: `models` (`GET
+            /models`) or `chat` (also a one-token chat request).
     """
 
     dry_run: bool = False
     model: str | None = None
     base_url: str | None = None
+    llm_timeout: float | None = None
+    llm_max_tokens: int | None = None
+    preflight: Literal["models", "chat"] = "models"
 
 
 @dataclass
@@ -185,9 +194,17 @@ class Session:
         if self._offline:
             assert self.tape is not None
             recorded = self.tape.recorded.model or (recipe_llm.model if recipe_llm else None)
-            return LLMConfig(model=self.options.model or recorded or "unrecorded")
+            offline = LLMConfig(model=self.options.model or recorded or "unrecorded")
+            if self.options.llm_max_tokens is not None:  # as the cut-off message says it
+                offline.max_tokens = self.options.llm_max_tokens
+            return offline
+        options = self.options
         return resolve_llm_config(
-            recipe_llm, model=self.options.model, base_url=self.options.base_url
+            recipe_llm,
+            model=options.model,
+            base_url=options.base_url,
+            timeout=options.llm_timeout,
+            max_tokens=options.llm_max_tokens,
         )
 
     def _inputs(self, given: Mapping[str, str]) -> dict[str, str]:

@@ -416,7 +416,8 @@ class Crash:
             )
 
     def run(self) -> subprocess.Popen[bytes]:
-        return self.start("run", self.recipe.name, name="run")
+        # With the chat probe, which the "before-plan" moment holds (begun, no plan yet).
+        return self.start("run", self.recipe.name, "--preflight", "chat", name="run")
 
     def resume(self, *flags: str) -> subprocess.CompletedProcess[str]:
         """`planloom resume RUN_ID FLAGS` with the model flags, to its end."""

@@ -117,7 +117,7 @@ ONE_SERVED = (
 
 CASES = [
     Case(
-        "before-plan",  # the preflight probe is held: the run is begun, its plan not written
+        "before-plan",  # the chat probe (--preflight chat) is held: the run is begun, no plan yet
         ((Moment("before-plan", lambda seen: seen.probes >= 1, probe=True),
           Land(ledger=(), off_disk=(("plan", None),))),),
     ),

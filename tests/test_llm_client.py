@@ -27,6 +27,7 @@ from engine.llm import (
     LLMClient,
     LLMConfig,
     LLMError,
+    NoJSON,
     extract_json,
     resolve_llm_config,
 )
@@ -386,17 +387,27 @@ def test_chat_json_falls_back_to_json_object_mode() -> None:
     assert len(server.model.calls) == 2
 
 
-def test_chat_json_extracts_from_a_fenced_text_answer() -> None:
-    answer = 'Sure! Here is the plan:\n```json\n{"n": 5}\n```\nAnything else?'
+def test_chat_json_takes_a_fenced_text_answer() -> None:
+    answer = '```json\n{"n": 5}\n```\n'
     with FakeOpenAIServer(lambda r: answer, supports_json_schema=False) as server:
         value = call_with(server, lambda c: c.chat_json(USER, SCHEMA))
     assert value == {"n": 5}
 
 
+def test_chat_json_refuses_prose_around_a_fenced_answer() -> None:
+    answer = 'Sure! Here is the plan:\n```json\n{"n": 5}\n```\nAnything else?'
+    with (
+        FakeOpenAIServer(lambda r: answer, supports_json_schema=False) as server,
+        pytest.raises(NoJSON, match="line 1, column 1") as caught,
+    ):
+        call_with(server, lambda c: c.chat_json(USER, SCHEMA))
+    assert caught.value.rule == "bad-json"
+
+
 def test_chat_json_without_json_is_an_llm_error() -> None:
     with (
         FakeOpenAIServer(lambda r: "I cannot do that.") as server,
-        pytest.raises(LLMError, match="no JSON"),
+        pytest.raises(LLMError, match="not JSON"),
     ):
         call_with(server, lambda c: c.chat_json(USER, SCHEMA))
     assert len(server.requests) == 1
@@ -408,14 +419,9 @@ EXTRACT = [
     ("42", 42),
     ('```json\n{"a": {"b": [1]}}\n```', {"a": {"b": [1]}}),
     ('```\n{"a": 2}\n```', {"a": 2}),
-    ('Here you go:\n```json\n{"a": 3}\n```\nDone.', {"a": 3}),
-    ('The plan is {"steps": []} as asked.', {"steps": []}),
-    ('Use {braces} freely; answer: {"a": 4}', {"a": 4}),
-    ('[see notes] then {"a": 5}', {"a": 5}),
-    ('```json\n{broken}\n```\nfixed: {"a": 6}', {"a": 6}),
+    ('\n  ```JSON\n{"a": 3}\n```  \n', {"a": 3}),
     ('{"text": "a } inside a string"}', {"text": "a } inside a string"}),
-    ('{"a": 1} and {"b": 2}', {"a": 1}),
-    ('prefix {"a": "ünïcode"} suffix', {"a": "ünïcode"}),
+    ('{"a": "ünïcode"}', {"a": "ünïcode"}),
 ]
 
 
@@ -424,12 +430,31 @@ def test_extract_json(text: str, value: Any) -> None:
     assert extract_json(text) == value
 
 
-@pytest.mark.parametrize(
-    "text", ["", "   ", "no json here", "{not: json}", "[unclosed", "```json\n```"]
-)
-def test_extract_json_without_json(text: str) -> None:
-    with pytest.raises(LLMError, match="no JSON"):
+# Answers that are not exactly one JSON value: each is refused, none read "leniently" (the
+# first object inside, a fenced block among prose), as PRODUCT.md's "Honest runs" says.
+NOT_ONE_VALUE = [
+    "",
+    "   ",
+    "no json here",
+    "{not: json}",
+    "[unclosed",
+    "```json\n```",
+    'Here you go:\n```json\n{"a": 3}\n```\nDone.',
+    'The plan is {"steps": []} as asked.',
+    'Use {braces} freely; answer: {"a": 4}',
+    '[see notes] then {"a": 5}',
+    '```json\n{broken}\n```\nfixed: {"a": 6}',
+    '{"a": 1} and {"b": 2}',
+    'prefix {"a": "ünïcode"} suffix',
+    '```json\n{"a": 1}\n```\n```json\n{"b": 2}\n```',
+]
+
+
+@pytest.mark.parametrize("text", NOT_ONE_VALUE)
+def test_extract_json_refuses_what_is_not_one_json_value(text: str) -> None:
+    with pytest.raises(NoJSON, match=r"not (one complete JSON value|JSON)") as caught:
         extract_json(text)
+    assert caught.value.rule == "bad-json"
 
 
 # -- configuration ------------------------------------------------------------------------------

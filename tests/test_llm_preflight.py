@@ -1,9 +1,11 @@
 """The model preflight and the counting of model calls (issue 10, items 13 and 14a).
 
-- Before any step runs, the preflight lists the models and sends a one-token chat request:
-  an endpoint that answers `GET /models` to anyone but refuses the key on
-  `/chat/completions` is a configuration error (exit 2) before any side effect. The probe
-  is not counted in `usage`, not recorded in a cassette, and never sent in a replay.
+- Before any step runs, the preflight lists the models; with `--preflight chat` it also
+  sends a one-token chat request: an endpoint that answers `GET /models` to anyone but
+  refuses the key on `/chat/completions` is then a configuration error (exit 2) before any
+  side effect. The probe is not counted in `usage`, not recorded in a cassette, and never
+  sent in a replay. (Without it, the key is refused at the first real call:
+  tests/test_llm_endpoint_limits.py.)
 - `usage.llm_calls` counts every model call the run made, answered or failed (a 400, a
   500 after its retries), once each; `--json` and the summary agree, and a replay of the
   run counts the same.
@@ -56,6 +58,7 @@ def test_a_401_on_chat_completions_stops_the_run_before_any_step(project: Path) 
         base_url = server.base_url
         done = planloom(
             "run", "job.yaml", "--base-url", server.base_url, "--yes", "--json",
+            "--preflight", "chat",
             cwd=project, environ=env(OPENAI_API_KEY="sk-refused-key-0123456789"),
         )  # fmt: skip
         probes = len(server.probes)
@@ -80,7 +83,7 @@ def test_the_probe_is_not_counted_recorded_or_replayed(project: Path) -> None:
     with FakeOpenAIServer(answer) as server:
         done = planloom(
             "run", "job.yaml", "--base-url", server.base_url, "--yes", "--json",
-            "--record", "c.yaml", cwd=project,
+            "--record", "c.yaml", "--preflight", "chat", cwd=project,
         )  # fmt: skip
         assert len(server.probes) == 1
         assert len(server.requests) == 1  # the agent's one answer
@@ -89,6 +92,7 @@ def test_the_probe_is_not_counted_recorded_or_replayed(project: Path) -> None:
     assert recorded["usage"]["llm_calls"] == 1
     cassette = YAML(typ="safe").load((project / "c.yaml").read_text(encoding="utf-8"))
     assert len(cassette["llm"]) == 1
+    # what decides an answer is recorded; the bound on its length (every request's) is not
     assert all("max_tokens" not in json.dumps(e["request"]) for e in cassette["llm"])
 
     # The server is gone: the replay makes no probe and no call, and counts the same.

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 
 __all__ = [
+    "PREFLIGHTS",
     "RECORD_MODES",
     "cassette_flags",
     "model_flags",
@@ -17,6 +18,7 @@ __all__ = [
 # As engine.cassette.RECORD_MODES (tests/test_cli_startup.py checks they agree); not
 # imported, because `--help` must not import the engine (pydantic and the rest).
 RECORD_MODES = ("none", "once", "new_episodes", "all")
+PREFLIGHTS = ("models", "chat")
 
 
 def run_flags(parser: argparse.ArgumentParser, *, yes: str, no: str) -> None:
@@ -103,4 +105,22 @@ def model_flags(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--model", help="model name (else PLANLOOM_MODEL, else the recipe's)")
     parser.add_argument(
         "--base-url", help="OpenAI-compatible endpoint (else OPENAI_BASE_URL, else OpenAI)"
+    )
+    parser.add_argument(
+        "--llm-timeout",
+        metavar="S",
+        help="seconds to wait for one model answer (else PLANLOOM_LLM_TIMEOUT, else the "
+        "recipe's llm: timeout; 30, or 600 for a base URL on loopback)",
+    )
+    parser.add_argument(
+        "--llm-max-tokens",
+        metavar="N",
+        help="the longest model answer, in tokens, sent with every request (else "
+        "PLANLOOM_LLM_MAX_TOKENS, else the recipe's llm: max_tokens; 2048)",
+    )
+    parser.add_argument(
+        "--preflight",
+        choices=PREFLIGHTS,
+        help="the check of the model endpoint before anything runs: models (the default: "
+        "GET /models) or chat (also a one-token chat request, which costs a generation)",
     )

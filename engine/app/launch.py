@@ -13,7 +13,7 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine._sanitize import neutralize
 from engine._sqlite_store import open_store, process_start
@@ -28,6 +28,7 @@ from engine.cassette import RecordMode
 from engine.errors import ConfigurationError
 from engine.inputs import parse_assignments
 from engine.journal import Journal
+from engine.llm_config import read_limit
 from engine.model import Plan
 from engine.policy import load_policy
 from engine.recording import Tape
@@ -67,6 +68,9 @@ class RunSettings:
     output: str | None = None
     model: str | None = None
     base_url: str | None = None
+    llm_timeout: float | None = None
+    llm_max_tokens: int | None = None
+    preflight: Literal["models", "chat"] = "models"
     record: str | None = None
     replay: str | None = None
     record_mode: RecordMode | None = None
@@ -91,6 +95,15 @@ class RunSettings:
         given["plugin"] = tuple(map(_portable_plugin, getattr(args, "plugin", None) or ()))
         given["redo"] = tuple(getattr(args, "redo", None) or ())
         given["skip"] = tuple(getattr(args, "skip", None) or ())
+        # Read here, first: a bad value is refused before anything begins (a run, a claim).
+        for name, flag, field in (
+            ("llm_timeout", "--llm-timeout", "timeout"),
+            ("llm_max_tokens", "--llm-max-tokens", "max_tokens"),
+        ):
+            if given.get(name) is not None:
+                value = read_limit(given[name], field, flag)
+                given[name] = value if field == "timeout" else int(value)
+        given["preflight"] = given.get("preflight") or "models"
         return cls(**{**given, **overrides})
 
 
@@ -197,7 +210,12 @@ def run_session(
         if tape is not None and registry.listings is not tape.listings:
             registry = registry.with_listings(tape.listings)
         options = SessionOptions(
-            dry_run=settings.dry_run, model=settings.model, base_url=settings.base_url
+            dry_run=settings.dry_run,
+            model=settings.model,
+            base_url=settings.base_url,
+            llm_timeout=settings.llm_timeout,
+            llm_max_tokens=settings.llm_max_tokens,
+            preflight=settings.preflight,
         )
         session = Session(
             registry,
