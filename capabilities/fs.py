@@ -79,10 +79,29 @@ def _confinement_report() -> dict[str, str]:
     }
 
 
+def _facts(grant: FsGrant) -> str:
+    """`paths are relative to the granted folder; may read; may write out/** only`."""
+    writes = (
+        "anywhere in it"
+        if grant.write is True
+        else f"only {', '.join(grant.write)}"
+        if grant.write
+        else "nothing"
+    )
+    reads = "may read, list and search" if grant.read else "may not read"
+    return f"paths relative to the granted folder (no leading /); {reads}; may write {writes}"
+
+
 def register(registry: Registry) -> None:
     """Add the `fs` family and its six actions to `registry`."""
     registry.add_family(
-        Family("fs", "read and write files beneath a granted root", FsGrant, _confinement_report)
+        Family(
+            "fs",
+            "read and write files beneath a granted root",
+            FsGrant,
+            _confinement_report,
+            facts=_facts,
+        )
     )
     for name, description, params, run, result, writes in _ACTIONS:
         registry.add(

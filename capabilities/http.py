@@ -71,6 +71,12 @@ def _confinement_report() -> dict[str, str]:
     }
 
 
+def _facts(grant: HttpGrant) -> str:
+    """`hosts: api.example.com; https only`."""
+    scheme = "http or https" if grant.allow_http else "https only"
+    return f"hosts {', '.join(grant.allow)} only; {scheme}"
+
+
 def register(registry: Registry, *, resolver: Resolver | None = None) -> None:
     """Add the `http` family and its `http.request` action to `registry`.
 
@@ -85,6 +91,7 @@ def register(registry: Registry, *, resolver: Resolver | None = None) -> None:
             "HTTPS requests to granted hosts with public addresses",
             HttpGrant,
             _confinement_report,
+            facts=_facts,
         )
     )
     registry.add(

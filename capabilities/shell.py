@@ -92,6 +92,12 @@ __all__ = ["ShellGrant", "ShellParams", "ShellResult", "confinement_report", "re
 _STDERR_TAIL_LINES = 20
 
 
+def _facts(grant: ShellGrant) -> str:
+    """`programs: wc, grep; argv is a list: [program, arg, ...]`."""
+    programs = ", ".join(grant.allow) or "none"
+    return f"programs {programs} only; argv is a list [program, arg, ...], no shell syntax"
+
+
 def register(registry: Registry) -> None:
     """Add the `shell` family and its `shell.run` action to `registry`."""
     registry.add_family(
@@ -104,6 +110,7 @@ def register(registry: Registry) -> None:
             # Each call is a confined process tree: more at once than CPUs only queue up
             # (a recipe's `limits.per_family: {shell: N}` says otherwise).
             max_parallel=os.cpu_count() or 1,
+            facts=_facts,
         )
     )
     registry.add(

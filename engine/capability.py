@@ -117,6 +117,9 @@ class Family:
     `limits.per_family` overrides it. `portable` is false for families whose calls need
     this process (the person for `human`, the run's model client for `llm`, the run's
     server connections for `mcp`): a remote backend (`engine.backend`) never takes them.
+    `facts`, when given, says in one line what a grant allows (the programs, the writable
+    paths, the hosts), for a model planning with it: what it would otherwise learn only
+    from a refusal.
     """
 
     name: str
@@ -128,6 +131,7 @@ class Family:
     scope: RunScope | None = None
     max_parallel: int | None = None
     portable: bool = True
+    facts: Callable[[Any], str] | None = None
 
 
 @dataclass(frozen=True)
@@ -366,6 +370,21 @@ class Registry:
             for name, action in self.actions.items()
             if action.family in families and self.families[action.family].for_agents
         )
+
+    def grant_facts(self, grants: Mapping[str, Any]) -> list[str]:
+        """What each grant allows, a line a family (`Family.facts`); grants that do not
+        validate say nothing (validation reports them)."""
+        lines = []
+        for name, raw in sorted(grants.items()):
+            family = self.families.get(name)
+            if family is None or family.facts is None:
+                continue
+            try:
+                grant = family.grant_model.model_validate(raw or {})
+            except ValueError:
+                continue
+            lines.append(f"{name}: {family.facts(grant)}")
+        return lines
 
     def suggest(self, name: str) -> str | None:
         return did_you_mean(name, self.actions)

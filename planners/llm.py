@@ -26,24 +26,12 @@ from engine.llm import LLMClient, NoJSON
 from engine.planning import PlanOutcome
 from engine.validation import validate_plan
 from planners._plan_schema import plan_schema
+from planners._prompt import problem_lines, system_prompt
 from planners.recipe import parse_recipe_text
 
 __all__ = ["MAX_REPAIRS", "LLMPlanner", "PlanOutcome", "model_written", "plan_to_yaml"]
 
 MAX_REPAIRS = 2
-
-SYSTEM = """You are the planner of planloom, a workflow engine. Write a plan that reaches the goal
-using ONLY the tools listed below. Answer with JSON only:
-{{"goal": "...", "steps": [{{"id": "...", "tool": "...", "params": {{...}}}}, ...]}}
-Step fields: id (letters, digits, _; unique), tool + params (params must fit the tool's
-schema) OR agent: {{"goal": "...", "tools": [...], "max_iterations": 10}} for an
-open-ended sub-task; optional depends_on, can_fail, retry, timeout, when, for_each.
-Use another step's result with "${{{{ steps.ID.output.FIELD }}}}" (this also makes the step
-wait for ID). Steps that do not need each other must not depend on each other: they run in
-parallel. Keep the plan short; end with a step that produces the answer.
-
-Tools:
-{tools}"""
 
 
 class LLMPlanner:
@@ -99,15 +87,16 @@ class LLMPlanner:
         """
         grants = base.get("capabilities") or {}
         registry = self.registry.bind(grants, base_dir)
-        tools = self._catalogue(registry, grants)
         # What a plan is for this grant: a server that compiles it into a grammar cannot
         # write a tool that is not granted, nor a param the tool does not take.
         schema = plan_schema(registry, grants)
+        granted = [entry.name for entry in registry.catalogue(grants)]
         prompt = goal if context is None else f"{goal}\n\nContext:\n{context}"
-        messages: list[dict[str, Any]] = [
-            {"role": "system", "content": SYSTEM.format(tools=json.dumps(tools))},
+        opening: list[dict[str, Any]] = [
+            {"role": "system", "content": system_prompt(registry, grants)},
             {"role": "user", "content": prompt},
         ]
+        messages = opening
         problems: list[list[Diagnostic]] = []
         for attempt in range(MAX_REPAIRS + 1):
             text: str | None = None
@@ -129,8 +118,13 @@ class LLMPlanner:
                 else:
                     return PlanOutcome(plan, text, repairs=attempt, problems=problems)
             problems.append(diagnostics)
-            messages.append({"role": "assistant", "content": json.dumps(answer, default=repr)})
-            messages.append({"role": "user", "content": _repair_request(diagnostics, text)})
+            # The goal, the last answer and its problems: not every round before (a small
+            # model's context fills, and it copies what it is shown).
+            messages = [
+                *opening,
+                {"role": "assistant", "content": json.dumps(answer, default=repr)},
+                {"role": "user", "content": _repair_request(diagnostics, text, granted)},
+            ]
         return self._fallback(goal, base, base_dir, file, problems)
 
     def _fallback(
@@ -208,13 +202,10 @@ def plan_to_yaml(recipe: dict[str, Any]) -> str:
     return buffer.getvalue()
 
 
-def _repair_request(diagnostics: list[Diagnostic], text: str | None) -> str:
-    errors = [d.model_dump() for d in diagnostics]
+def _repair_request(diagnostics: list[Diagnostic], text: str | None, granted: list[str]) -> str:
     return (
-        "That plan is invalid. Here it is as the recipe we checked, then the problems "
-        "(line and column refer to it). Answer with the whole corrected plan as JSON.\n\n"
-        f"{text or '(no recipe: the answer was not JSON)'}\n\nProblems:\n"
-        f"{json.dumps(errors, indent=1)}"
+        "That plan cannot run. Fix these problems and answer with the whole corrected plan "
+        f"as JSON:\n{problem_lines(diagnostics, text, granted)}"
     )
 
 

@@ -569,7 +569,7 @@ def test_llm_complete_and_extract(tmp_path: Path) -> None:
 
 def test_llm_extract_without_structured_output_falls_back_to_json_mode(tmp_path: Path) -> None:
     def model(request: ChatRequest) -> str:
-        return 'Sure! ```json\n{"name": "Ada", "age": 36}\n```'
+        return '```json\n{"name": "Ada", "age": 36}\n```'
 
     steps = [
         {"id": "pull", "tool": "llm.extract", "params": {"prompt": "Ada is 36.", "schema": PERSON}}

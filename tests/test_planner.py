@@ -133,13 +133,19 @@ def plan_and_run(
     return both
 
 
-def problems_sent(request: ChatRequest) -> list[dict[str, Any]]:
-    """The JSON error list in the repair request (the last user message)."""
+def problems_sent(request: ChatRequest) -> list[str]:
+    """The problems in the repair request (the last user message), a line each:
+    `- step 1 (id "only"): MESSAGE (RULE); HINT`."""
     text = request.last_user_text()
-    assert "Problems:\n" in text, text
-    problems = json.loads(text.split("Problems:\n", 1)[1])
-    assert isinstance(problems, list)
-    return problems
+    assert text.startswith("That plan cannot run."), text
+    lines = [line[2:] for line in text.splitlines() if line.startswith("- ")]
+    assert lines, text
+    return lines
+
+
+def rules_of(lines: list[str]) -> list[str]:
+    """The rule of each problem line."""
+    return [line.split(" (", 2)[-1].split(")", 1)[0] if ")" in line else "" for line in lines]
 
 
 # -- a goal planned into a parallel DAG, then run ----------------------------------------------
@@ -192,7 +198,7 @@ def test_the_planning_request_asks_for_structured_output(
 def test_planning_works_without_structured_output_support(
     registry: Registry, tools: ScriptedTools, tmp_path: Path
 ) -> None:
-    answer = "Here is the plan:\n```json\n" + json.dumps(VALID) + "\n```"
+    answer = "```json\n" + json.dumps(VALID) + "\n```"  # a fence around it, no more
     model = ScriptedModel(lambda request: answer)
     with FakeOpenAIServer(model, supports_json_schema=False) as server:
         outcome = with_client(server, planning(registry, tmp_path))
@@ -219,36 +225,44 @@ def test_cycle_then_unknown_tool_then_valid_is_repaired_twice(
 
     second, third = server.requests[1], server.requests[2]
     cycle = problems_sent(second)
-    assert "cycle" in {p["rule"] for p in cycle}
-    assert all({"file", "line", "column", "rule", "message", "hint"} <= set(p) for p in cycle)
-    assert any("first" in p["message"] and "second" in p["message"] for p in cycle)
-    # the model sees its own answer before the errors
+    assert any("dependency cycle: first → second → first (cycle)" in line for line in cycle)
+    assert all(line.startswith(('step 1 (id "first")', 'step 2 (id "second")')) for line in cycle)
+    # the model sees its own answer before the problems
     assert second.messages[-2]["role"] == "assistant"
     assert json.loads(second.messages[-2]["content"]) == CYCLE
 
-    unknown = problems_sent(third)
-    assert [p["rule"] for p in unknown] == ["unknown-tool"]
-    assert "test.rnu" in unknown[0]["message"]
-    assert "test.run" in (unknown[0]["hint"] or "")
-    # the conversation keeps every earlier attempt
-    assert "cycle" in json.dumps(third.messages)
+    (unknown,) = problems_sent(third)
+    assert unknown == (
+        "step 1 (id \"only\"): unknown tool 'test.rnu' (unknown-tool); did you mean 'test.run'?"
+    )
+    # the conversation is the goal, the last answer and its problems: not every round
+    assert [m["role"] for m in third.messages] == ["system", "user", "assistant", "user"]
+    assert "cycle" not in json.dumps(third.messages)
 
     assert [[d.rule for d in ds] for ds in outcome.problems][1] == ["unknown-tool"]
     assert "cycle" in {d.rule for d in outcome.problems[0]}
 
 
-def test_line_numbers_in_the_error_list_point_into_the_recipe_sent(
+def test_each_problem_names_the_step_it_is_in(
     registry: Registry, tools: ScriptedTools, tmp_path: Path
 ) -> None:
-    model = ScriptedModel.sequence(UNKNOWN_TOOL, VALID)
+    two = {
+        "steps": [
+            {"id": "fine", "tool": "test.run", "params": {"key": "a"}},
+            {"id": "typo", "tool": "test.run", "params": {"kee": "b"}},
+        ],
+        "outputs": {"x": "${{ steps.nowhere.output }}"},
+    }
+    model = ScriptedModel.sequence(two, VALID)
     with FakeOpenAIServer(model) as server:
         with_client(server, planning(registry, tmp_path))
-    text = server.requests[1].last_user_text()
-    (problem,) = problems_sent(server.requests[1])
-    recipe = text.split("\n\n", 1)[1].split("\n\nProblems:\n", 1)[0]
-    line = recipe.splitlines()[problem["line"] - 1]
-    assert "test.rnu" in line
-    assert line[problem["column"] - 1 :].startswith("test.rnu")
+    lines = problems_sent(server.requests[1])
+    assert [line.split(":", 1)[0] for line in lines] == [
+        'step 2 (id "typo")',
+        'step 2 (id "typo")',
+        "the plan",
+    ]
+    assert "nowhere" in lines[2]
 
 
 def test_an_answer_that_is_not_json_is_repaired(
@@ -260,8 +274,8 @@ def test_an_answer_that_is_not_json_is_repaired(
     assert outcome.repairs == 1
     assert not outcome.fell_back
     (problem,) = problems_sent(server.requests[1])
-    assert problem["rule"] == "not-json"
-    assert "not JSON" in server.requests[1].last_user_text()
+    assert rules_of([problem]) == ["bad-json"]
+    assert "not JSON" in problem
 
 
 def test_bad_params_are_repaired(registry: Registry, tools: ScriptedTools, tmp_path: Path) -> None:
@@ -269,8 +283,7 @@ def test_bad_params_are_repaired(registry: Registry, tools: ScriptedTools, tmp_p
     with FakeOpenAIServer(model) as server:
         outcome = with_client(server, planning(registry, tmp_path))
     assert outcome.repairs == 1
-    rules = {p["rule"] for p in problems_sent(server.requests[1])}
-    assert "bad-params" in rules
+    assert "bad-params" in rules_of(problems_sent(server.requests[1]))
     assert "kee" in server.requests[1].last_user_text()
     assert outcome.plan.steps[0].params == {"key": "only"}
 
@@ -283,7 +296,9 @@ def test_a_tool_that_is_not_granted_is_repaired(
     with FakeOpenAIServer(model) as server:
         outcome = with_client(server, planning(registry, tmp_path))
     assert outcome.repairs == 1
-    assert "not-granted" in {p["rule"] for p in problems_sent(server.requests[1])}
+    (line,) = problems_sent(server.requests[1])
+    assert "(not-granted); the granted tools are test.run, test.write" in line
+    assert "add it under 'capabilities:'" not in line  # a model cannot grant itself one
 
 
 def test_the_model_cannot_grant_itself_capabilities(
@@ -323,7 +338,7 @@ def test_still_invalid_after_two_repairs_falls_back_to_one_agent_step(
     assert outcome.fell_back
     assert outcome.repairs == 2
     assert [[d.rule for d in ds][:1] for ds in outcome.problems][1:] == [
-        ["not-json"],
+        ["bad-json"],
         ["bad-params"],
     ]
     assert len(outcome.problems) == 3

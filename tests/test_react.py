@@ -475,9 +475,7 @@ SCHEMA: dict[str, Any] = {
 
 def test_output_schema_mismatch_gets_feedback_then_the_object_is_returned() -> None:
     job = task(FakeTools(), output_schema=SCHEMA)
-    with serve(
-        '{"title": "x"}', 'Here you go:\n```json\n{"title": "x", "count": 2}\n```'
-    ) as server:
+    with serve('{"title": "x"}', '```json\n{"title": "x", "count": 2}\n```') as server:
         answer = run_agent(server, job)
     assert answer == {"title": "x", "count": 2}
     system = server.requests[0].messages[0]["content"]

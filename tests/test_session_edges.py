@@ -87,7 +87,8 @@ def test_a_missing_cassette_is_said_before_a_bad_input(tmp_path: Path) -> None:
         """\
         version: 1
         name: r
-        steps: []
+        capabilities: {fs: {}}
+        steps: [{id: look, tool: fs.list}]
         """,
     )
     proc = planloom("run", "r.yaml", "-i", "novalue", "--replay", "nope.yaml", cwd=tmp_path)
