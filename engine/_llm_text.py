@@ -1,12 +1,14 @@
 """Text from a model endpoint, made fit to judge and to show: an answer's one JSON value (its
 Markdown fence taken off, a problem located by line and column), and a server's error body
-cut to one clean line.
+cut to one line, neutralized.
 """
 
 from __future__ import annotations
 
 import json
 import re
+
+from engine._sanitize import cap, neutralize
 
 __all__ = ["QUOTE", "bad_json", "one_line", "quoted_at", "unfenced"]
 
@@ -15,9 +17,6 @@ QUOTE = 60
 
 # At most one fence around the whole answer: ```json ... ``` or ``` ... ```.
 _FENCE = re.compile(r"\A```[ \t]*(?:json)?[ \t]*\n?(.*?)\n?[ \t]*```\Z", re.S | re.I)
-# ANSI escape sequences (CSI, OSC, and the two-character ones), then other control characters.
-_ANSI = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)?|[@-_])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 _TRACEBACK = "Traceback (most recent call last):"
 
 # json's own words for a problem, said for a model's answer.
@@ -74,16 +73,13 @@ def _line_column(text: str, at: int) -> tuple[int, int]:
 
 
 def one_line(text: str, limit: int | None = None) -> str:
-    """`text` on one line: ANSI escapes and control characters removed, whitespace runs made
-    one space, a Python traceback reduced to its last line (the exception), and cut to
-    `limit` characters (with `…`) when one is given."""
+    """`text` on one line: control characters made visible (`neutralize`: an ANSI escape's
+    ESC shows as `⟨ESC⟩`), whitespace runs made one space, a Python traceback reduced to its
+    last line (the exception), and cut to `limit` characters (with `…`) when one is given."""
     if _TRACEBACK in text:
         lines = [line for line in text.split(_TRACEBACK, 1)[1].splitlines() if line.strip()]
         if lines:
             head = text.split(_TRACEBACK, 1)[0]
             text = f"{head} {lines[-1]}" if head.strip() else lines[-1]
-    text = _CONTROL.sub(" ", _ANSI.sub("", text))
-    text = " ".join(text.split())
-    if limit is not None and len(text) > limit:
-        text = text[: limit - 1].rstrip() + "…"
-    return text
+    text = " ".join(neutralize(text).split())  # what could act on a terminal, made visible
+    return text if limit is None else cap(text, limit, marker="…")[0]
