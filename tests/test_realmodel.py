@@ -34,6 +34,9 @@ __all__ = ["llama_server"]  # the session fixture, found by pytest under this na
 REPORT = Path("/tmp/realmodel-report.json")
 RUN_TIMEOUT = 600.0  # seconds per `planloom` run; a 1,300-token prompt took 200 s under load
 MODEL = "smollm2-135m"
+# A plan for these goals is a few hundred tokens; the default (2048) lets a rambling answer
+# of the small model take minutes on a loaded machine. A longer one is `cut-off`, repaired.
+MAX_TOKENS = "512"
 NOTES = "The secret word is pelican.\n"
 SOURCES = ("alpha.py", "beta.py", "gamma.txt")
 
@@ -238,7 +241,7 @@ def usage_row(result: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def model_args(server: LlamaServer) -> list[str]:
-    return ["--base-url", server.base_url, "--model", MODEL]
+    return ["--base-url", server.base_url, "--model", MODEL, "--llm-max-tokens", MAX_TOKENS]
 
 
 # -- goals through `planloom plan` ------------------------------------------------------------
