@@ -118,6 +118,7 @@ class RecordedError(_Entry):
     message: str
     rule: str | None = None
     limit: str | None = None
+    status: int | None = None  # the HTTP status a model endpoint answered with
 
 
 class RecordedReply(_Entry):
@@ -374,22 +375,26 @@ _ERROR_TYPES: dict[str, type[StepError]] = {
 }
 
 
+_KEPT = ("rule", "limit", "status")
+"""What an error says besides its message, kept with it (a denial's rule, a budget's limit,
+an endpoint's HTTP status: what decides how the run goes on, as it did live)."""
+
+
 def record_error(exc: StepError, redact: Callable[[str], str]) -> RecordedError:
     return RecordedError(
         type=type(exc).__name__ if type(exc).__name__ in _ERROR_TYPES else "StepFailed",
         message=redact(exc.message),
-        rule=getattr(exc, "rule", None),
-        limit=getattr(exc, "limit", None),
+        **{name: getattr(exc, name, None) for name in _KEPT},
     )
 
 
 def rebuild_error(error: RecordedError, step_id: str | None) -> StepError:
-    """The recorded error again: same type, same message."""
+    """The recorded error again: same type, same message, same `_KEPT` attributes."""
     cls = _ERROR_TYPES.get(error.type, StepFailed)
     exc = cls.__new__(cls)
     StepError.__init__(exc, error.message, step_id=step_id)
-    if error.rule is not None:
-        exc.rule = error.rule  # type: ignore[attr-defined]
-    if error.limit is not None:
-        exc.limit = error.limit  # type: ignore[attr-defined]
+    for name in _KEPT:
+        value = getattr(error, name)
+        if value is not None:
+            setattr(exc, name, value)
     return exc

@@ -61,6 +61,8 @@ class LLMError(StepFailed):
     `status` is the HTTP status the endpoint answered with, when it answered one.
     """
 
+    status: int | None = None  # (also what an error rebuilt from a recording starts with)
+
     def __init__(self, message: str, *, status: int | None = None, **where: Any) -> None:
         super().__init__(message, **where)
         self.status = status

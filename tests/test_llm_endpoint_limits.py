@@ -34,6 +34,7 @@ from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, Fault, Scri
 
 USER = [{"role": "user", "content": "hello"}]
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+STREAMED = {"stream": True, "stream_options": {"include_usage": True}}  # what every call asks
 
 TRUNCATED = '{"steps": [{"name": "f", "tool": "delete"}, {"x": '
 
@@ -236,7 +237,7 @@ def test_an_answer_cut_at_max_tokens_is_cut_off() -> None:
         client_call(server, lambda c: c.chat_json(USER, SCHEMA), max_tokens=40)
     assert caught.value.rule == "cut-off"
     assert "cut off at max_tokens 40" in caught.value.message
-    assert server.requests[0].model_extra == {"max_tokens": 40}
+    assert server.requests[0].model_extra == {"max_tokens": 40, **STREAMED}
 
 
 def test_the_finish_reason_is_kept() -> None:
@@ -560,3 +561,24 @@ def test_the_refusal_message_is_the_preflights(tmp_path: Path) -> None:
     first = str(at_preflight.value).split(" refused the API key ", 1)[1]
     second = str(at_call.value).split(" refused the API key ", 1)[1]
     assert first == second + "; nothing was run"
+
+
+def test_a_recorded_refusal_replays_offline_as_it_went_live(workspace: Path) -> None:
+    """A cassette of a planning whose first request was refused for its `response_format`
+    (as every recording against llama-cpp-python is): the replay steps down the same way,
+    with the server gone, and two replays print the same bytes."""
+    with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN)) as server:
+        server.inject(Fault.status(500, LLAMA_CPP_REFUSAL))
+        live = planloom(
+            "plan", "Read a.txt", "--capabilities", "caps.yaml", "--model", "m",
+            "--base-url", server.base_url, "--yes", "--json", "--record", "c.yaml",
+            cwd=workspace,
+        )  # fmt: skip
+    assert live.returncode == 0, live.stderr
+    assert result_of(live)["steps"]["read_a"]["status"] == "succeeded"
+    replays = [planloom("replay", "c.yaml", "--json", cwd=workspace) for _ in range(2)]
+    for replay in replays:
+        assert replay.returncode == 0, replay.stderr
+        assert "Traceback" not in replay.stderr
+    assert replays[0].stdout == replays[1].stdout
+    assert result_of(replays[0])["steps"]["read_a"]["output"]["content"] == "apples"
