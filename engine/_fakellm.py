@@ -1,9 +1,10 @@
 """A local OpenAI-compatible HTTP server playing a scripted LLM, for tests and benchmarks.
 
 `FakeOpenAIServer` serves a `ScriptedModel` on 127.0.0.1 with the OpenAI chat
-completions wire format, so tests drive the real `openai` client over real HTTP, and can
-inject the failures real endpoints have: 429 with `Retry-After`, 5xx, slow answers, bodies
-that are not JSON, truncated bodies and dropped connections.
+completions wire format, streamed (`stream: true`, server-sent events) or not, so tests
+drive the real `openai` client over real HTTP, and can inject the failures real endpoints
+have: 429 with `Retry-After`, 5xx, slow answers, bodies that are not JSON, truncated bodies,
+dropped connections, and streams that stall or stop before their end.
 
 Everything is deterministic (ids are counters, `created` is fixed, token usage is estimated
 from the request's size), so the same requests get byte-identical responses.
@@ -27,8 +28,11 @@ from __future__ import annotations
 import asyncio
 import http.server
 import json
+import select
+import socket
 import sys
 import threading
+import time
 import traceback
 from collections import deque
 from types import TracebackType
@@ -46,6 +50,7 @@ from engine._fakellm_wire import (
     completion_body,
     error_body,
     probe_body,
+    stream_chunks,
     tool_call_body,
 )
 
@@ -73,11 +78,16 @@ class FakeOpenAIServer:
     threads, so it serves async clients too), and point a client at `base_url`.
 
     Each chat completion request is recorded, then checked in this order: the API key
-    (401), `chat_status`, `json_schema` support (400), the next injected fault, and finally
-    the model. A one-token request (`max_tokens: 1`, the probe `planloom --preflight chat`
-    sends before a run) is recorded in `probes` instead, checked for the key and
-    `chat_status` only, and answered "ok" without the model or the fault queue, so probes
-    do not shift scripted replies or consume injected faults.
+    (401), `chat_status`, `json_schema` support (400), streaming support (400), the next
+    injected fault, and finally the model. A request with `stream: true` is answered as
+    server-sent events in OpenAI's chunk format (the content in pieces, tool calls
+    by `index`, the finish chunk, the usage chunk when `stream_options.include_usage` asks
+    for it, then `data: [DONE]`), in a chunked HTTP body.
+
+    A one-token request (`max_tokens: 1`, the probe `planloom --preflight chat` sends
+    before a run) is recorded in `probes` instead, checked for the key and `chat_status`
+    only, and answered "ok" without the model or the fault queue, so probes do not shift
+    scripted replies or consume injected faults.
 
     Args:
         model: a `ScriptedModel`, or a function it wraps.
@@ -89,6 +99,10 @@ class FakeOpenAIServer:
             answered with this HTTP status and an OpenAI-style error, while `GET /models`
             still answers 200: an endpoint that lists models to anyone and refuses the key
             only on the chat endpoint.
+        supports_streaming: False makes a request with `stream: true` a 400 naming
+            `stream`, as a server that does not stream.
+        stream_usage: False leaves the usage chunk out of streamed replies even when asked
+            for, as servers that ignore `stream_options`.
 
     Attributes:
         model: the `ScriptedModel` answering requests.
@@ -98,6 +112,10 @@ class FakeOpenAIServer:
         headers: the headers of each of those requests (lower-case names), same order.
         errors: exceptions the model function raised (each became an HTTP 500), and any
             bug in the fake itself.
+        disconnects: how many streamed replies the client closed before their end (seen
+            while a stream stalled, or as a write that failed).
+        chunks_sent: how many chunks of streamed replies were sent (`[DONE]` aside), so a
+            test can act once a stream has begun.
     """
 
     def __init__(
@@ -108,12 +126,18 @@ class FakeOpenAIServer:
         latency: float = 0.0,
         supports_json_schema: bool = True,
         chat_status: int | None = None,
+        supports_streaming: bool = True,
+        stream_usage: bool = True,
     ) -> None:
         self.model = model if isinstance(model, ScriptedModel) else ScriptedModel(model)
         self.api_key = api_key
         self.latency = latency
         self.supports_json_schema = supports_json_schema
         self.chat_status = chat_status
+        self.supports_streaming = supports_streaming
+        self.stream_usage = stream_usage
+        self.disconnects = 0
+        self.chunks_sent = 0
         self.requests: list[ChatRequest] = []
         self.probes: list[ChatRequest] = []
         self.model_lists = 0
@@ -224,6 +248,13 @@ class FakeOpenAIServer:
         return completion_body(request, number, reply, calls)
 
 
+def _pauses(fault: Fault, number: int) -> bool:
+    """Whether a streaming `fault` waits before chunk `number` (counted from 0)."""
+    if fault.kind == "stall":
+        return number == fault.after_chunks
+    return fault.kind == "slow" and number > 0
+
+
 class _HTTPServer(TrackingHTTPServer):
     """Serves one `FakeOpenAIServer`, keeping bugs in the fake where tests look."""
 
@@ -328,11 +359,21 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             )
             self._send(400, error_body(400, message, param="response_format"))
             return
+        extra = request.model_extra or {}
+        stream = extra.get("stream") is True
+        if stream and not fake.supports_streaming:
+            message = "Invalid parameter: 'stream' is not supported by this server."
+            self._send(400, error_body(400, message, param="stream"))
+            return
         fault = fake._next_fault()
-        if fault is not None and fault.kind != "delay":
+        if fault is not None and fault.kind == "cut" and not stream:
+            fault = Fault.truncated()
+        if fault is not None and fault.kind not in ("delay", "stall", "cut", "slow"):
             self._play(fault)
             return
-        fake._wait(fault.seconds if fault is not None else 0.0)
+        if fault is not None and (fault.kind == "delay" or not stream):
+            fake._wait(fault.seconds)
+            fault = None
         fake._wait(fake.latency)
         if fake._closing.is_set():  # the server is closing under this request: drop it
             self.close_connection = True
@@ -345,7 +386,75 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             last = traceback.format_exception_only(exc)[-1].strip()
             self._send(500, error_body(500, f"the fake model raised {last}"))
             return
-        self._send(200, response, {"x-request-id": f"req_{response['id'].split('-')[-1]}"})
+        request_id = {"x-request-id": f"req_{response['id'].split('-')[-1]}"}
+        if not stream:
+            self._send(200, response, request_id)
+            return
+        options = extra.get("stream_options")
+        usage = isinstance(options, dict) and options.get("include_usage") is True
+        usage = usage and fake.stream_usage
+        self._stream(stream_chunks(response, include_usage=usage), request_id, fault)
+
+    def _stream(
+        self, chunks: list[dict[str, Any]], extra: dict[str, str], fault: Fault | None
+    ) -> None:
+        """Send `chunks` as server-sent events, playing a streaming `fault` on the way."""
+        self.send_response(200)
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Cache-Control", "no-cache")
+        self.send_header("Transfer-Encoding", "chunked")
+        for name, value in extra.items():
+            self.send_header(name, value)
+        self.end_headers()
+        try:
+            for number, chunk in enumerate(chunks):
+                if fault is not None and fault.kind == "cut" and number == fault.after_chunks:
+                    if fault.close:
+                        self.close_connection = True  # mid-body: the client sees it cut
+                    else:
+                        self.wfile.write(b"0\r\n\r\n")  # the body ends, the stream did not
+                    return
+                if fault is not None and _pauses(fault, number) and not self._pause(fault.seconds):
+                    return
+                self._event(json.dumps(chunk).encode())
+                with self.fake._lock:
+                    self.fake.chunks_sent += 1
+            self._event(b"[DONE]")
+            self.wfile.write(b"0\r\n\r\n")
+        except (BrokenPipeError, ConnectionResetError):
+            self._disconnected()
+
+    def _event(self, data: bytes) -> None:
+        """One server-sent event, as one chunk of the HTTP body."""
+        frame = b"data: " + data + b"\n\n"
+        self.wfile.write(b"%x\r\n%s\r\n" % (len(frame), frame))
+
+    def _pause(self, seconds: float) -> bool:
+        """Wait `seconds` mid-stream; False (and the connection dropped) if the client
+        disconnected meanwhile, or the server is closing."""
+        fake = self.fake
+        deadline = time.monotonic() + seconds
+        while (left := deadline - time.monotonic()) > 0:
+            if fake._closing.is_set():
+                self.close_connection = True
+                return False
+            readable, _, _ = select.select([self.connection], [], [], min(left, 0.05))
+            if not readable:
+                continue
+            try:
+                gone = not self.connection.recv(1, socket.MSG_PEEK)
+            except OSError:
+                gone = True
+            if gone:
+                self._disconnected()
+                return False
+            fake._closing.wait(min(left, 0.05))  # bytes from the client: keep waiting
+        return True
+
+    def _disconnected(self) -> None:
+        self.close_connection = True
+        with self.fake._lock:
+            self.fake.disconnects += 1
 
     def _play(self, fault: Fault) -> None:
         if fault.kind == "status":

@@ -19,6 +19,7 @@ __all__ = [
     "completion_body",
     "error_body",
     "probe_body",
+    "stream_chunks",
     "tool_call_body",
 ]
 
@@ -26,15 +27,18 @@ CREATED = 1_700_000_000
 """The fixed `created` timestamp of every response (no clock, so replays are identical)."""
 
 
-FaultKind = Literal["status", "delay", "malformed", "truncated", "disconnect"]
+FaultKind = Literal[
+    "status", "delay", "malformed", "truncated", "disconnect", "stall", "cut", "slow"
+]
 
 
 @dataclass(frozen=True)
 class Fault:
     """A failure the server plays instead of (or, for `delay`, before) a normal reply.
 
-    Build one with `Fault.status`, `Fault.delay`, `Fault.malformed`, `Fault.truncated` or
-    `Fault.disconnect`, and queue it with `FakeOpenAIServer.inject`.
+    Build one with `Fault.status`, `Fault.delay`, `Fault.malformed`, `Fault.truncated`,
+    `Fault.disconnect`, or for a streamed reply `Fault.stall`, `Fault.cut` or `Fault.slow`,
+    and queue it with `FakeOpenAIServer.inject`.
     """
 
     kind: FaultKind
@@ -43,6 +47,8 @@ class Fault:
     retry_after: float | str | None = None
     seconds: float = 0.0
     content_type: str = "application/json"
+    after_chunks: int = 0
+    close: bool = True
 
     @classmethod
     def status(
@@ -91,6 +97,33 @@ class Fault:
     def disconnect(cls) -> Fault:
         """Read the request, then close the connection without any response."""
         return cls("disconnect")
+
+    @classmethod
+    def stall(cls, after_chunks: int, seconds: float) -> Fault:
+        """Stream `after_chunks` chunks of the reply, wait `seconds`, then stream the rest.
+
+        The wait ends early when the client disconnects (counted in `disconnects`) or the
+        server closes. A request that does not stream waits `seconds`, then is answered.
+        """
+        return cls("stall", after_chunks=after_chunks, seconds=seconds)
+
+    @classmethod
+    def cut(cls, after_chunks: int, *, close: bool = True) -> Fault:
+        """Stream `after_chunks` chunks of the reply, then stop: no finish chunk, no usage,
+        no `data: [DONE]`.
+
+        `close` (the default) drops the connection mid-body, as a server that died;
+        `close=False` ends the HTTP body properly there, as a proxy that gave up. A request
+        that does not stream gets a `truncated` body instead.
+        """
+        return cls("cut", after_chunks=after_chunks, close=close)
+
+    @classmethod
+    def slow(cls, seconds: float) -> Fault:
+        """Stream the reply a chunk every `seconds` (no single read waits long, the whole
+        answer does). The waits end early as `stall`'s do. A request that does not stream
+        waits `seconds`, then is answered."""
+        return cls("slow", seconds=seconds)
 
 
 _ERROR_TYPES: dict[int, tuple[str, str | None, str]] = {
@@ -188,3 +221,60 @@ def completion_body(
             "total_tokens": prompt + completion,
         },
     }
+
+
+_PIECE = 16
+"""Characters of content or arguments a streamed chunk carries at most (a few tokens)."""
+
+
+def _pieces(text: str) -> list[str]:
+    """`text` in consecutive pieces of `_PIECE` characters (one, empty, for "")."""
+    return [text[i : i + _PIECE] for i in range(0, len(text), _PIECE)] or [""]
+
+
+def stream_chunks(body: dict[str, Any], *, include_usage: bool) -> list[dict[str, Any]]:
+    """The completion `body` as the chunks a streamed reply sends (before `data: [DONE]`),
+    in OpenAI's format: the role, the content in pieces of a few tokens, each tool call's
+    id and name then its arguments in pieces (by `index`), the finish chunk, and with
+    `include_usage` (`stream_options: {include_usage: true}`) a last chunk of no choices
+    and the usage.
+    Joined back, they give exactly `body`'s message, finish reason and usage."""
+    [choice] = body["choices"]
+    message = choice["message"]
+    usage = body["usage"]
+
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        frame: dict[str, Any] = {
+            "id": body["id"],
+            "object": "chat.completion.chunk",
+            "created": body["created"],
+            "model": body["model"],
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+        }
+        if include_usage:
+            frame["usage"] = None
+        return frame
+
+    content = message.get("content")
+    first: dict[str, Any] = {"role": "assistant"}
+    chunks = []
+    if content is None:
+        chunks.append(chunk(first))
+    else:
+        pieces = _pieces(content)
+        chunks.append(chunk({**first, "content": pieces[0]}))
+        chunks.extend(chunk({"content": piece}) for piece in pieces[1:])
+    for index, call in enumerate(message.get("tool_calls") or []):
+        function = call["function"]
+        named = {"name": function["name"], "arguments": ""}
+        head = {"index": index, "id": call["id"], "type": "function", "function": named}
+        chunks.append(chunk({"tool_calls": [head]}))
+        chunks.extend(
+            chunk({"tool_calls": [{"index": index, "function": {"arguments": piece}}]})
+            for piece in _pieces(function["arguments"])
+            if piece
+        )
+    chunks.append(chunk({}, choice["finish_reason"]))
+    if include_usage:
+        chunks.append({**chunk({}), "choices": [], "usage": usage})
+    return chunks

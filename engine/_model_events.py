@@ -1,5 +1,6 @@
-"""A model client's calls published as events: `llm.called` (answered or failed for good)
-and `llm.waiting` (a wait before a retry), each naming the step and attempt that made it,
+"""A model client's calls published as events: `llm.called` (answered or failed for good),
+`llm.waiting` (a wait before a retry) and `llm.streaming` (the tokens of an answer streamed
+so far, a few times a second at most), each naming the step and attempt that made it,
 and the `for_each` item, whose attempts are numbered within it (none for the planner). The
 executor and the session's planning both publish through it."""
 
@@ -39,6 +40,7 @@ class ModelCallEvents:
         self.client.on_call = self.called
         self.client.on_fail = self.failed
         self.client.on_wait = self.waiting
+        self.client.on_progress = self.streaming
 
     def called(self, result: ChatResult) -> None:
         step_id, attempt = caller()
@@ -81,3 +83,7 @@ class ModelCallEvents:
             wait=round(seconds, 3),
             reason=why,
         )
+
+    def streaming(self, tokens: int) -> None:
+        step_id, attempt = caller()
+        self.events.emit("llm.streaming", step_id, attempt, item=current_item(), tokens=tokens)

@@ -41,6 +41,7 @@ EventKind = Literal[
     "human.answered",
     "llm.called",
     "llm.waiting",
+    "llm.streaming",
 ]
 
 

@@ -2,11 +2,16 @@
 
 Configuration comes from the CLI, then the environment (`PLANLOOM_MODEL`, `OPENAI_BASE_URL`,
 `OPENAI_API_KEY`, `PLANLOOM_LLM_TIMEOUT`...), then the recipe's `llm:` block (see
-`engine.llm_config`). Every request carries `max_tokens`. Calls retry 429, 5xx, timeouts and
-connection errors (`retries` times, 3 by default) with 1 s, 2 s, 4 s backoff (a `Retry-After`
-header wins); 400 is not retried, nor a timeout on loopback unless `retries` is set, nor an
-error whose body names `response_format`: `chat_json` then asks at once in a simpler
-structured-output mode. 401/403 and a missing key are `ConfigurationError`s, found by
+`engine.llm_config`). Every request carries `max_tokens`. Calls stream (`stream: true`, usage
+included) and are assembled into the answer a plain completion gives; an endpoint that
+refuses streaming (a 4xx naming `stream`) is asked again at once without it, and from then on
+for the run. `timeout` bounds a whole call: on expiry, or when the call is cancelled (a step
+timeout, Ctrl-C), the stream is closed, and with it the connection, which is what stops a
+local server generating. Calls retry 429, 5xx, timeouts, connection errors and broken answers
+(a stream cut before its end) (`retries` times, 3 by default) with 1 s, 2 s, 4 s backoff (a
+`Retry-After` header wins); 400 is not retried, nor a timeout on loopback unless `retries` is
+set, nor an error whose body names `response_format`: `chat_json` then asks at once in a
+simpler structured-output mode. 401/403 and a missing key are `ConfigurationError`s, found by
 `preflight()` (`GET /models`) before any step runs, or by the first call. Every call,
 answered or failed, counts against the run's budget; answered ones record tokens and
 latency. openai's exceptions are translated here, once; a server's error body is shown on
@@ -51,6 +56,8 @@ __all__ = [
 
 BACKOFF = (1.0, 2.0, 4.0)
 MAX_RETRY_AFTER = 60.0
+PROGRESS_EVERY = 0.5
+"""Seconds at least between two reports of a streaming answer's progress (`on_progress`)."""
 
 Sleep = Callable[[float], Awaitable[None]]
 
@@ -89,6 +96,14 @@ class NoJSON(LLMError):
 
 class _NotACompletion(Exception):
     """The endpoint answered 200 with something that is not a chat completion."""
+
+
+class _CutShort(Exception):
+    """A streamed answer ended before its finish chunk (the connection or body ended)."""
+
+
+class _TimedOut(Exception):
+    """A call ran past the configured `timeout`, counted over the whole call."""
 
 
 class ToolCallRequest(BaseModel):
@@ -167,6 +182,11 @@ class LLMClient:
     # The endpoint refused the key (401/403): every later call fails at once, unsent, with
     # the same message (a step's retries, its fallback, the other steps), so the run ends.
     refused: str | None = None
+    # While an answer streams: its completion chunks so far (about a token each), at most
+    # every PROGRESS_EVERY seconds.
+    on_progress: Callable[[int], None] | None = None
+    # Whether calls stream; False once the endpoint refused `stream`, for the rest of the run.
+    streams: bool = True
 
     def __post_init__(self) -> None:
         if self.client is None:
@@ -297,21 +317,28 @@ class LLMClient:
     async def _live(self, kwargs: dict[str, Any]) -> ChatResult:
         started = time.monotonic()
         self.budget.calls += 1  # counted when sent: a call that fails is still a call made
-        try:
-            response = await self._create(kwargs)
-        except LLMError as exc:
-            other = "max_completion_tokens"
-            if exc.status != 400 or self.tokens_field == other or other not in exc.message:
-                raise
-            # The endpoint wants the newer field (OpenAI's reasoning models): the same
-            # bound, named as it asks, for this call and the next.
-            self.tokens_field = other
-            kwargs = {k: v for k, v in kwargs.items() if k != "max_tokens"}
-            kwargs[other] = self.config.max_tokens
-            response = await self._create(kwargs)
+        while True:  # at most three requests: each refusal below is met once a run
+            streams = self.streams  # this request's: calls run at once, and learn together
+            try:
+                response = await self._create(kwargs, streams=streams)
+                break
+            except LLMError as exc:
+                if streams and _refuses_streaming(exc):
+                    # A server that does not stream: asked again at once, and from now on,
+                    # without `stream` (a cancelled call then leaves it generating).
+                    self.streams = False
+                    continue
+                other = "max_completion_tokens"
+                if exc.status != 400 or self.tokens_field == other or other not in exc.message:
+                    raise
+                # The endpoint wants the newer field (OpenAI's reasoning models): the same
+                # bound, named as it asks, for this call and the next.
+                self.tokens_field = other
+                kwargs = {k: v for k, v in kwargs.items() if k != "max_tokens"}
+                kwargs[other] = self.config.max_tokens
         return self._account(response, time.monotonic() - started)
 
-    async def _create(self, kwargs: dict[str, Any]) -> Any:
+    async def _create(self, kwargs: dict[str, Any], *, streams: bool) -> Any:
         """One chat completion request, with its retries; openai's errors translated."""
         import openai
 
@@ -320,10 +347,7 @@ class LLMClient:
             stop=stop_after_attempt(config.retries + 1),
             wait=_backoff,
             retry=retry_if_exception(
-                lambda exc: (
-                    _transient(exc)
-                    and (config.retry_timeouts or not isinstance(exc, openai.APITimeoutError))
-                )
+                lambda exc: _transient(exc) and (config.retry_timeouts or not _is_timeout(exc))
             ),
             sleep=self.sleep,
             before_sleep=self._waiting,
@@ -335,13 +359,11 @@ class LLMClient:
             async for attempt in retrying:
                 with attempt:
                     attempts += 1
-                    response = await self.client.chat.completions.create(**kwargs)
-                    if isinstance(response, str | bytes):  # an HTML page from a proxy...
-                        raise _NotACompletion(f"not JSON: {one_line(str(response), 200)!r}")
+                    response = await self._attempt(kwargs, streams=streams)
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
             raise _refused(exc, f"{where}/chat/completions", before=False) from exc
-        except openai.APITimeoutError as exc:
-            raise StepTimeout(_timed_out(config, attempts)) from exc
+        except (openai.APITimeoutError, _TimedOut) as exc:
+            raise StepTimeout(_timed_out(config, attempts, streamed=streams)) from exc
         except openai.APIStatusError as exc:
             raise LLMError(
                 f"the model endpoint answered {exc.status_code}: {_message(exc)}",
@@ -349,9 +371,86 @@ class LLMClient:
             ) from exc
         except openai.APIError as exc:
             raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
-        except (ValueError, _NotACompletion) as exc:  # JSONDecodeError from the client
+        except (ValueError, _NotACompletion, _CutShort) as exc:  # JSONDecodeError...
             raise LLMError(f"the model endpoint sent a malformed response: {exc}") from exc
         return response
+
+    async def _attempt(self, kwargs: dict[str, Any], *, streams: bool) -> Any:
+        """One request, streamed unless the endpoint refused it, bounded by `timeout` as a
+        whole (the client's own timeout bounds each read only, which a slow stream never
+        trips). Returns a completion, assembled from the stream's chunks when streamed."""
+        create = self.client.chat.completions.create
+        try:
+            async with asyncio.timeout(self.config.timeout):
+                if streams:
+                    stream = await create(
+                        **kwargs, stream=True, stream_options={"include_usage": True}
+                    )
+                    response = await self._assembled(stream)
+                else:
+                    response = await create(**kwargs)
+        except TimeoutError as exc:  # asyncio.timeout's own: the stream is closed already
+            raise _TimedOut() from exc
+        if isinstance(response, str | bytes):  # an HTML page from a proxy...
+            raise _NotACompletion(f"not JSON: {one_line(str(response), 200)!r}")
+        return response
+
+    async def _assembled(self, stream: Any) -> Any:
+        """The completion a streamed answer adds up to: the content, each tool call joined
+        by its `index` from its id, name and arguments deltas, the finish reason, and the
+        usage of the last chunk (none when the endpoint sends none). The stream is closed
+        however this ends (cancelled, timed out, broken), so the connection is too.
+
+        Raises:
+            _CutShort: the stream ended before a chunk gave the finish reason.
+            _NotACompletion: a 200 that is neither an event stream nor JSON.
+        """
+        from openai.types.chat import ChatCompletion
+
+        try:
+            kind = str(stream.response.headers.get("content-type", ""))
+            if "event-stream" not in kind:  # a server that answers as if not asked to stream
+                return _plain(await _body(stream.response))
+            content: list[str] | None = None
+            calls: dict[int, dict[str, Any]] = {}
+            finish: str | None = None
+            usage: Any = None
+            chunks = 0
+            reported = time.monotonic()
+            async for chunk in stream:
+                usage = getattr(chunk, "usage", None) or usage
+                for choice in getattr(chunk, "choices", None) or []:
+                    if getattr(choice, "index", 0) != 0:
+                        continue
+                    delta = choice.delta
+                    text = getattr(delta, "content", None)
+                    if text is not None:
+                        content = content if content is not None else []
+                        content.append(text)
+                    for position, call in enumerate(getattr(delta, "tool_calls", None) or []):
+                        _add_call(calls, call, position)
+                    if text or getattr(delta, "tool_calls", None):
+                        chunks += 1
+                    finish = choice.finish_reason or finish
+                if self.on_progress is not None and chunks:
+                    now = time.monotonic()
+                    if now - reported >= PROGRESS_EVERY:
+                        reported = now
+                        self.on_progress(chunks)
+        finally:
+            await stream.close()
+        if finish is None:
+            raise _CutShort(f"the answer stream stopped before its end, after {chunks} chunks")
+        message: dict[str, Any] = {"role": "assistant", "content": _joined(content)}
+        if calls:
+            message["tool_calls"] = [
+                {"id": call["id"], "type": "function", "function": call["function"]}
+                for _, call in sorted(calls.items())
+            ]
+        return ChatCompletion.construct(
+            choices=[{"index": 0, "message": message, "finish_reason": finish}],
+            usage=usage.model_dump() if hasattr(usage, "model_dump") else usage,
+        )
 
     def _count(self, result: ChatResult) -> None:
         """Count a replayed answer (or recorded failure) as its live call was counted."""
@@ -434,6 +533,69 @@ class LLMClient:
             return extract_json(result.content or "")
 
 
+def _add_call(calls: dict[int, dict[str, Any]], delta: Any, position: int) -> None:
+    """Add one tool call delta to the calls joined so far, by its `index` (its place in
+    the delta when it has none): the first id, the name and the arguments joined."""
+    index = getattr(delta, "index", None)
+    call = calls.setdefault(
+        index if isinstance(index, int) else position,
+        {"id": "", "function": {"name": "", "arguments": ""}},
+    )
+    call["id"] = call["id"] or (getattr(delta, "id", None) or "")
+    function = getattr(delta, "function", None)
+    name = getattr(function, "name", None) or ""
+    if name and name != call["function"]["name"]:  # some servers repeat the whole name
+        call["function"]["name"] += name
+    call["function"]["arguments"] += getattr(function, "arguments", None) or ""
+
+
+def _joined(parts: list[str] | None) -> str | None:
+    """The content a stream's pieces make: None when no chunk carried any (tool calls)."""
+    return None if parts is None else "".join(parts)
+
+
+async def _body(response: Any) -> bytes:
+    """A response's whole body; transport errors become openai's, as for any call."""
+    import httpx2
+    import openai
+
+    try:
+        return bytes(await response.aread())
+    except httpx2.TimeoutException as exc:
+        raise openai.APITimeoutError(request=response.request) from exc
+    except httpx2.RequestError as exc:  # cut short, connection reset
+        raise openai.APIConnectionError(request=response.request) from exc
+
+
+def _plain(body: bytes) -> Any:
+    """A 200 to a streamed request that is a plain completion, taken as it is."""
+    from openai.types.chat import ChatCompletion
+
+    try:
+        data = json.loads(body)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        text = body[:2000].decode("utf-8", "replace")
+        raise _NotACompletion(f"not JSON: {one_line(text, 200)!r}")
+    return ChatCompletion.construct(**data)
+
+
+def _refuses_streaming(error: LLMError) -> bool:
+    """Whether the endpoint refused to stream: a 4xx (not a 429) whose body names `stream`
+    or `stream_options` (or speaks of streaming)."""
+    status = error.status
+    return (
+        status is not None
+        and 400 <= status < 500
+        and status != 429
+        and _STREAM.search(error.message.lower()) is not None
+    )
+
+
+_STREAM = re.compile(r"\bstream")
+
+
 def _refuses_json_mode(error: LLMError) -> bool:
     """Whether the endpoint refused the call's `response_format`: any 4xx or 5xx whose
     body names `response_format` or `json_schema` (llama-cpp-python answers a 500 naming
@@ -492,11 +654,18 @@ def _why(exc: BaseException | None) -> str:
 
     if isinstance(exc, openai.APIStatusError):
         return "rate limited (429)" if exc.status_code == 429 else f"status {exc.status_code}"
-    if isinstance(exc, openai.APITimeoutError):
+    if _is_timeout(exc):
         return "timed out"
     if isinstance(exc, openai.APIConnectionError):
         return "connection failed"
     return "a broken response"
+
+
+def _is_timeout(exc: BaseException | None) -> bool:
+    """Whether a call's attempt timed out (a read, or the whole call)."""
+    import openai
+
+    return isinstance(exc, openai.APITimeoutError | _TimedOut)
 
 
 def _transient(exc: BaseException) -> bool:
@@ -506,9 +675,16 @@ def _transient(exc: BaseException) -> bool:
         if _names_format(_message(exc).lower()):
             return False  # the format refused: the same request fails again (chat_json)
         return exc.status_code == 429 or exc.status_code >= 500
-    # A body that is not JSON (the client raises JSONDecodeError) is a broken response too.
+    # A body that is not JSON (the client raises JSONDecodeError) is a broken response too,
+    # as is a stream cut before its end.
     return isinstance(
-        exc, openai.APITimeoutError | openai.APIConnectionError | ValueError | _NotACompletion
+        exc,
+        openai.APITimeoutError
+        | openai.APIConnectionError
+        | ValueError
+        | _NotACompletion
+        | _CutShort
+        | _TimedOut,
     )
 
 
@@ -547,10 +723,10 @@ _BODY = 300
 """Characters of a server's error message shown."""
 
 
-def _timed_out(config: LLMConfig, attempts: int) -> str:
+def _timed_out(config: LLMConfig, attempts: int, *, streamed: bool) -> str:
     """Why a call timed out, and how to wait longer."""
     tries = f"{attempts} attempts" if attempts > 1 else "not retried"
-    if attempts <= 1 and not config.retry_timeouts:
+    if attempts <= 1 and not config.retry_timeouts and not streamed:
         tries += ": a local server goes on generating the answer it was asked for"
     return (
         f"the model did not answer within {config.timeout:g} s ({tries}); raise the timeout "

@@ -5,8 +5,10 @@ The limits of one call: `timeout` (`--llm-timeout`, `PLANLOOM_LLM_TIMEOUT`, `llm
 30 s, or 600 s for a base URL on loopback, where a small machine may take minutes to
 answer), `max_tokens` (`--llm-max-tokens`, `PLANLOOM_LLM_MAX_TOKENS`, `llm: max_tokens`;
 sent with every request, so no answer runs on without bound) and `retries`
-(`PLANLOOM_LLM_RETRIES`, `llm: retries`). A timed-out call to a loopback endpoint is not
-retried unless `retries` is set: the server is still generating the answer it abandoned.
+(`PLANLOOM_LLM_RETRIES`, `llm: retries`). `timeout` bounds a whole call, however slowly
+its answer streams in. A timed-out call to a loopback endpoint is not retried unless
+`retries` is set: a small machine that took that long would take as long again (and a
+server that does not stream is still generating the answer it abandoned).
 """
 
 from __future__ import annotations

@@ -49,7 +49,8 @@ def _clip(text: str | None, width: int = 80) -> str:
 
 class LiveProgress:
     """An event subscriber that keeps a table of running steps on a terminal, redrawn on a
-    clock (`refresh_per_second`), so the running steps' timers tick between events."""
+    clock (`refresh_per_second`), so the running steps' timers tick between events. A step
+    whose model answer is streaming shows its tokens so far (`llm.streaming`)."""
 
     def __init__(self, console: Console, step_ids: list[str]) -> None:
         self.console = console
@@ -58,6 +59,7 @@ class LiveProgress:
         # Running steps and when each started; read by rich's refresh thread, which copies
         # it first (a copy of a dict is one step under the GIL).
         self.running: dict[str, float] = {}
+        self.tokens: dict[str, int] = {}  # a running step's streaming answer, so far
         self.live = Live(
             console=console,
             refresh_per_second=4,
@@ -90,7 +92,12 @@ class LiveProgress:
             self.running[event.step_id] = time.monotonic()
         elif event.kind == "step.finished":
             self.running.pop(event.step_id, None)
+            self.tokens.pop(event.step_id, None)
             self.done += 1
+        elif event.kind == "llm.streaming":
+            self.tokens[event.step_id] = int(event.data.get("tokens", 0))
+        elif event.kind == "llm.called":  # that answer is in (or failed): no count shown
+            self.tokens.pop(event.step_id, None)
         elif event.kind == "step.warning":  # printed above the view, and it stays
             line = f"warning: {event.step_id}: {event.data.get('warning')}"
             self.console.print(Text(neutralize(line), style="yellow"))
@@ -99,9 +106,13 @@ class LiveProgress:
         table = Table(box=None, show_header=False, pad_edge=False)
         table.add_row(Text(f"{self.done}/{self.total} steps done", style="bold"), "")
         now = time.monotonic()
+        tokens = dict(self.tokens)
         for step_id, started in list(self.running.items())[:12]:
+            count = tokens.get(step_id)
+            streamed = f"  {count} tokens" if count else ""
             table.add_row(
-                Text(f"  ⠿ {neutralize(step_id)}", style="cyan"), f"{now - started:5.1f}s"
+                Text(f"  ⠿ {neutralize(step_id)}", style="cyan"),
+                f"{now - started:5.1f}s{streamed}",
             )
         return table
 
