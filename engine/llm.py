@@ -398,7 +398,8 @@ class LLMClient:
     async def _assembled(self, stream: Any) -> Any:
         """The completion a streamed answer adds up to: the content, each tool call joined
         by its `index` from its id, name and arguments deltas, the finish reason, and the
-        usage of the last chunk (none when the endpoint sends none). The stream is closed
+        usage of the last chunk (when the endpoint sends none, the chunks are counted as the
+        completion's tokens and the prompt's are not known: 0). The stream is closed
         however this ends (cancelled, timed out, broken), so the connection is too.
 
         Raises:
@@ -447,6 +448,11 @@ class LLMClient:
                 {"id": call["id"], "type": "function", "function": call["function"]}
                 for _, call in sorted(calls.items())
             ]
+        if usage is None:
+            # No usage chunk (llama-cpp-python sends none): what was generated is counted a
+            # token a chunk, as such servers stream, so the run's token budget still holds;
+            # the prompt's size is not known (0).
+            usage = {"prompt_tokens": 0, "completion_tokens": chunks, "total_tokens": chunks}
         return ChatCompletion.construct(
             choices=[{"index": 0, "message": message, "finish_reason": finish}],
             usage=usage.model_dump() if hasattr(usage, "model_dump") else usage,

@@ -80,11 +80,20 @@ class ReactAgent:
                 made = sum(1 for entry in task.transcript if entry.status == "ok")
                 if made < task.min_tool_calls:
                     if told:
+                        # A model that never asked for a tool may not have been sent them.
+                        unasked = (
+                            "; the model never asked for a tool: if the endpoint does not "
+                            "support tool calls (llama.cpp's default chat format drops them), "
+                            "use a server and model that do"
+                            if not task.transcript
+                            else ""
+                        )
                         raise self._failure(
                             task,
                             f"answered after {made} successful tool call"
                             f"{'' if made == 1 else 's'}, and this task needs "
-                            f"{task.min_tool_calls} (min_tool_calls) (agent.no-tool-calls)",
+                            f"{task.min_tool_calls} (min_tool_calls) (agent.no-tool-calls)"
+                            f"{unasked}",
                         )
                     told = True
                     messages.append({"role": "assistant", "content": result.content or ""})

@@ -186,6 +186,7 @@ def test_an_agent_that_must_act_and_only_talks_fails_after_being_told_once(work:
     assert step["status"] == "failed"
     assert "answered after 0 successful tool calls, and this task needs 1" in step["error"]
     assert "agent.no-tool-calls" in step["error"]
+    assert "the model never asked for a tool: if the endpoint does not support" in step["error"]
     assert step["usage"]["tool_calls"] == 0
     assert turns == 2
 
@@ -215,7 +216,9 @@ def test_a_failed_tool_call_does_not_count_towards_min_tool_calls(work: Path) ->
     with FakeOpenAIServer(script) as server:
         code, result = _run(server, work)
     assert code == 1
-    assert "answered after 0 successful tool calls" in result["steps"]["look"]["error"]
+    error = result["steps"]["look"]["error"]
+    assert "answered after 0 successful tool calls" in error
+    assert "never asked for a tool" not in error  # it asked: the endpoint takes tools
 
 
 def test_an_endpoint_that_drops_the_tools_is_named_not_trusted(work: Path) -> None:

@@ -138,16 +138,21 @@ def test_the_answer_is_joined_from_many_chunks_by_index() -> None:
     assert result.content is None
 
 
-def test_an_endpoint_that_streams_no_usage_counts_no_tokens() -> None:
-    with FakeOpenAIServer(lambda r: "fine", stream_usage=False) as server:
+def test_an_endpoint_that_streams_no_usage_counts_its_chunks_as_completion_tokens() -> None:
+    """As llama-cpp-python streams: a token a chunk, no usage chunk. The run's token budget
+    still counts what was generated; the prompt's size is not known."""
+    answer = "a fine answer, long enough for several chunks of the stream"
+    with FakeOpenAIServer(lambda r: answer, stream_usage=False) as server:
 
         async def once(client: LLMClient) -> tuple[ChatResult, Budget]:
             return await client.chat(USER), client.budget
 
         result, budget = with_client(server, once)
-    assert (result.content, result.finish_reason) == ("fine", "stop")
-    assert (result.prompt_tokens, result.completion_tokens) == (0, 0)
-    assert (budget.calls, budget.tokens) == (1, 0)
+        sent = server.chunks_sent
+    assert (result.content, result.finish_reason) == (answer, "stop")
+    assert result.prompt_tokens == 0
+    assert 1 < result.completion_tokens <= sent
+    assert (budget.calls, budget.tokens) == (1, result.completion_tokens)
 
 
 RECIPE = """\
