@@ -127,7 +127,11 @@ class ChatResult(BaseModel):
     finish_reason: str | None = None
 
 
-JsonMode = Literal["json_schema", "json_object", "text"]
+JsonMode = Literal["json_schema", "json_object_schema", "json_object", "text"]
+JSON_MODES: tuple[JsonMode, ...] = ("json_schema", "json_object_schema", "json_object", "text")
+"""Structured output, tried in this order as endpoints refuse it: OpenAI's `json_schema`;
+llama-cpp-python's own `{"type": "json_object", "schema": ...}` (it refuses the first with a
+500, and enforces this one by a grammar); plain JSON mode; text."""
 
 
 class Answers(Protocol):
@@ -506,7 +510,7 @@ class LLMClient:
         else the answer's text, which must be one JSON value (see `extract_json`).
 
         An endpoint that refuses the `response_format` (any 4xx or 5xx whose body names it)
-        is asked again at once in the next mode: `json_schema`, `json_object`, text.
+        is asked again at once in the next mode (`JSON_MODES`), remembered for the run.
 
         Raises:
             NoJSON: the answer is not one complete JSON value (`bad-json`), stopped at
@@ -514,20 +518,21 @@ class LLMClient:
             LLMError: the call failed.
         """
         while True:
-            if self.json_mode == "json_schema":
-                response_format: dict[str, Any] | None = {
+            mode = self.json_mode
+            formats: dict[str, dict[str, Any]] = {
+                "json_schema": {
                     "type": "json_schema",
                     "json_schema": {"name": name, "schema": schema},
-                }
-            elif self.json_mode == "json_object":
-                response_format = {"type": "json_object"}
-            else:
-                response_format = None
+                },
+                "json_object_schema": {"type": "json_object", "schema": schema},
+                "json_object": {"type": "json_object"},
+            }
+            response_format = formats.get(mode)
             try:
                 result = await self.chat(messages, response_format=response_format)
             except LLMError as exc:
-                if self.json_mode != "text" and _refuses_json_mode(exc):
-                    self.json_mode = "json_object" if self.json_mode == "json_schema" else "text"
+                if mode != "text" and _refuses_json_mode(exc):
+                    self.json_mode = JSON_MODES[JSON_MODES.index(mode) + 1]
                     continue
                 raise
             if result.finish_reason == "length":

@@ -378,13 +378,33 @@ def test_chat_json_falls_back_to_json_object_mode() -> None:
 
         first, second, mode = call_with(server, twice)
     assert first == second == {"n": 4}
-    assert mode == "json_object"
+    assert mode == "json_object_schema"
     formats = [request.response_format for request in server.requests]
     assert formats[0] is not None
     assert formats[0]["type"] == "json_schema"
-    # the downgrade sticks: the second answer costs one request, not two
-    assert formats[1:] == [{"type": "json_object"}, {"type": "json_object"}]
+    # then JSON mode with the schema (llama-cpp-python's form); the downgrade sticks: the
+    # second answer costs one request, not two
+    assert formats[1:] == [{"type": "json_object", "schema": SCHEMA}] * 2
     assert len(server.model.calls) == 2
+
+
+def test_chat_json_steps_down_to_plain_json_mode_when_the_schema_is_refused_too() -> None:
+    """OpenAI refuses a `schema` beside `json_object` (a 400 naming it): JSON mode alone."""
+    refused = "Unknown parameter: 'response_format.schema'."
+    with FakeOpenAIServer(lambda r: {"n": 4}, supports_json_schema=False) as server:
+        server.inject(Fault.status(400, refused))
+
+        async def once(client: LLMClient) -> tuple[Any, str]:
+            return await client.chat_json(USER, SCHEMA), client.json_mode
+
+        value, mode = call_with(server, once)
+    assert (value, mode) == ({"n": 4}, "json_object")
+    formats = [request.response_format for request in server.requests]
+    assert formats == [
+        {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}},
+        {"type": "json_object", "schema": SCHEMA},
+        {"type": "json_object"},
+    ]
 
 
 def test_chat_json_takes_a_fenced_text_answer() -> None:

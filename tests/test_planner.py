@@ -204,7 +204,9 @@ def test_planning_works_without_structured_output_support(
         outcome = with_client(server, planning(registry, tmp_path))
     assert [step.id for step in outcome.plan.steps] == ["only"]
     assert outcome.repairs == 0
-    assert server.requests[-1].response_format == {"type": "json_object"}
+    last = server.requests[-1].response_format or {}
+    assert last["type"] == "json_object"
+    assert last["schema"]["properties"]["steps"]  # the plan's schema, in JSON mode
 
 
 # -- repair from the JSON error list -----------------------------------------------------------
