@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from engine.capability import Registry
 from engine.diagnostics import Diagnostic
 from engine.errors import PlanValidationError, StepFailed
 from engine.llm import LLMClient, NoJSON
+from engine.model import Plan
 from engine.planning import PlanOutcome
 from engine.validation import validate_plan
 from planners._plan_schema import plan_schema
@@ -116,7 +118,9 @@ class LLMPlanner:
                 except PlanValidationError as exc:
                     diagnostics = exc.diagnostics
                 else:
-                    return PlanOutcome(plan, text, repairs=attempt, problems=problems)
+                    diagnostics = _unused_goal_paths(goal, plan, file)
+                    if not diagnostics:
+                        return PlanOutcome(plan, text, repairs=attempt, problems=problems)
             problems.append(diagnostics)
             # The goal, the last answer and its problems: not every round before (a small
             # model's context fills, and it copies what it is shown).
@@ -207,6 +211,40 @@ def _repair_request(diagnostics: list[Diagnostic], text: str | None, granted: li
         "That plan cannot run. Fix these problems and answer with the whole corrected plan "
         f"as JSON:\n{problem_lines(diagnostics, text, granted)}"
     )
+
+
+_PATH = re.compile(
+    r"(?<![\w/.:-])((?:[\w.-]+/)+[\w.-]*\w|[\w-]+\.(?:txt|md|json|ya?ml|csv|py|js|ts|html|log"
+    r"|ini|toml|cfg|sh|xml|sql))(?![\w/])"
+)
+"""A path a goal names: with a folder (`out/hello.txt`, `src/`), or a file with a common
+extension (`notes.txt`). Not a URL's (`https://host/x`)."""
+
+
+def _unused_goal_paths(goal: str, plan: Plan, file: str) -> list[Diagnostic]:
+    """A problem when the goal names paths and no step of `plan` uses any of them (in its
+    params, or an agent's goal): a plan for something else, as a small model writes when it
+    copies its example, valid and sure to "succeed". (A plan using some of them may reach
+    the others another way: a search, a glob, a listing.)"""
+    paths = list(dict.fromkeys(_PATH.findall(goal)))
+    used = json.dumps(
+        [[step.params, step.agent.goal if step.agent else None] for step in plan.all_steps()],
+        ensure_ascii=False,
+    )
+    if not paths or any(path in used for path in paths):
+        return []
+    named = ", ".join(repr(path) for path in paths)
+    return [
+        Diagnostic(
+            file=file,
+            line=1,
+            column=1,
+            rule="goal-path-unused",
+            message=f"the goal names {named}, but no step uses any of them: this plan does "
+            "not do what the goal asks",
+            hint="use the goal's own paths and text in the steps' params",
+        )
+    ]
 
 
 def _no_json(file: str, message: str, rule: str) -> Diagnostic:

@@ -257,3 +257,48 @@ def test_min_tool_calls_is_checked_in_the_recipe(work: Path) -> None:
     [problem] = json.loads(checked.stdout)
     assert problem["rule"] == "bad-value"
     assert "min_tool_calls" in problem["message"]
+
+
+def test_a_valid_plan_that_ignores_the_goals_paths_goes_to_repair(work: Path) -> None:
+    """A small model copies the prompt's example: a valid plan, sure to "succeed", that
+    does something else. A path the goal names and no step uses is a problem to repair."""
+    copied = {
+        "steps": [
+            {"id": "first", "tool": "fs.read", "params": {"path": "a.txt"}},
+            {
+                "id": "second",
+                "tool": "fs.write",
+                "params": {
+                    "path": "out/summary.txt",
+                    "content": "${{ steps.first.output.content }}",
+                },
+            },
+        ]
+    }
+    right = {
+        "steps": [
+            {
+                "id": "write",
+                "tool": "fs.write",
+                "params": {"path": "out/hello.txt", "content": "hello", "create_dirs": True},
+            }
+        ]
+    }
+    with FakeOpenAIServer(ScriptedModel.sequence(copied, right)) as server:
+        proc = _planned(server, work)
+        repair = server.requests[1].last_user_text()
+    assert proc.returncode == 0, proc.stderr
+    assert "the goal names 'out/hello.txt', but no step uses any of them" in repair
+    assert "(goal-path-unused)" in repair
+    assert (work / "work" / "out" / "hello.txt").read_text() == "hello"
+    assert not (work / "work" / "out" / "summary.txt").exists()
+
+
+def test_a_plan_that_never_uses_the_goals_paths_is_not_run(work: Path) -> None:
+    copied = {"steps": [{"id": "first", "tool": "fs.read", "params": {"path": "a.txt"}}]}
+    with FakeOpenAIServer(lambda request: PROSE if request.tools else json.dumps(copied)) as server:
+        proc = _planned(server, work)
+    assert proc.returncode == 1, proc.stderr
+    result = json.loads(proc.stdout)
+    (step,) = result["steps"].values()  # the agent the goal fell back to, which only talked
+    assert "agent.no-tool-calls" in step["error"]
