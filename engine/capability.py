@@ -279,15 +279,9 @@ class Registry:
         Grants that do not validate are left out (validation reports them).
         """
         wanted: dict[tuple[str, str, str], tuple[Family, BaseModel]] = {}
-        for name, raw in grants.items():
-            family = self.families.get(name)
-            if family is None or family.discovery is None:
-                continue
-            try:
-                grant = family.grant_model.model_validate(raw or {})
-            except ValueError:
-                continue
-            wanted[(name, grant_key(grant), str(base_dir))] = (family, grant)
+        for name, family, grant in self._valid_grants(grants):
+            if family.discovery is not None:
+                wanted[(name, grant_key(grant), str(base_dir))] = (family, grant)
         if not wanted:
             return self, []
         missing = {key: value for key, value in wanted.items() if key not in self._bound}
@@ -374,17 +368,24 @@ class Registry:
     def grant_facts(self, grants: Mapping[str, Any]) -> list[str]:
         """What each grant allows, a line a family (`Family.facts`); grants that do not
         validate say nothing (validation reports them)."""
-        lines = []
-        for name, raw in sorted(grants.items()):
+        return [
+            f"{name}: {family.facts(grant)}"
+            for name, family, grant in self._valid_grants(dict(sorted(grants.items())))
+            if family.facts is not None
+        ]
+
+    def _valid_grants(self, grants: Mapping[str, Any]) -> Iterator[tuple[str, Family, BaseModel]]:
+        """Each grant of a known family, validated; the others left out (validation reports
+        them)."""
+        for name, raw in grants.items():
             family = self.families.get(name)
-            if family is None or family.facts is None:
+            if family is None:
                 continue
             try:
                 grant = family.grant_model.model_validate(raw or {})
             except ValueError:
                 continue
-            lines.append(f"{name}: {family.facts(grant)}")
-        return lines
+            yield name, family, grant
 
     def suggest(self, name: str) -> str | None:
         return did_you_mean(name, self.actions)
