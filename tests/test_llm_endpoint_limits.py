@@ -582,3 +582,18 @@ def test_a_recorded_refusal_replays_offline_as_it_went_live(workspace: Path) -> 
         assert "Traceback" not in replay.stderr
     assert replays[0].stdout == replays[1].stdout
     assert result_of(replays[0])["steps"]["read_a"]["output"]["content"] == "apples"
+
+
+def test_a_plan_cut_at_max_tokens_goes_to_repair_as_cut_off(workspace: Path) -> None:
+    cut = ChatReply('{"steps": [{"id": "read_a", "tool": "fs.read", "par', finish_reason="length")
+    with FakeOpenAIServer(ScriptedModel.sequence(cut, READ_PLAN)) as server:
+        done = planloom(
+            "plan", "Read a.txt", "--capabilities", "caps.yaml", "--model", "m",
+            "--base-url", server.base_url, "--json", "--llm-max-tokens", "40", cwd=workspace,
+        )  # fmt: skip
+        requests = list(server.requests)
+    assert done.returncode == 0, done.stderr
+    assert result_of(done)["steps"]["read_a"]["status"] == "succeeded"
+    (problem,) = repair_problems(requests[1])
+    assert "(cut-off)" in problem
+    assert "the answer was cut off at max_tokens 40" in problem
