@@ -22,10 +22,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import importlib
 import json
 import re
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
@@ -422,26 +424,27 @@ class LLMClient:
             usage: Any = None
             chunks = 0
             reported = time.monotonic()
-            async for chunk in stream:
-                usage = getattr(chunk, "usage", None) or usage
-                for choice in getattr(chunk, "choices", None) or []:
-                    if getattr(choice, "index", 0) != 0:
-                        continue
-                    delta = choice.delta
-                    text = getattr(delta, "content", None)
-                    if text is not None:
-                        content = content if content is not None else []
-                        content.append(text)
-                    for position, call in enumerate(getattr(delta, "tool_calls", None) or []):
-                        _add_call(calls, call, position)
-                    if text or getattr(delta, "tool_calls", None):
-                        chunks += 1
-                    finish = choice.finish_reason or finish
-                if self.on_progress is not None and chunks:
-                    now = time.monotonic()
-                    if now - reported >= PROGRESS_EVERY:
-                        reported = now
-                        self.on_progress(chunks)
+            with _transport(stream.response.request):  # (a body cut short, a reset)
+                async for chunk in stream:
+                    usage = getattr(chunk, "usage", None) or usage
+                    for choice in getattr(chunk, "choices", None) or []:
+                        if getattr(choice, "index", 0) != 0:
+                            continue
+                        delta = choice.delta
+                        text = getattr(delta, "content", None)
+                        if text is not None:
+                            content = content if content is not None else []
+                            content.append(text)
+                        for position, call in enumerate(getattr(delta, "tool_calls", None) or []):
+                            _add_call(calls, call, position)
+                        if text or getattr(delta, "tool_calls", None):
+                            chunks += 1
+                        finish = choice.finish_reason or finish
+                    if self.on_progress is not None and chunks:
+                        now = time.monotonic()
+                        if now - reported >= PROGRESS_EVERY:
+                            reported = now
+                            self.on_progress(chunks)
         finally:
             await stream.close()
         if finish is None:
@@ -567,15 +570,40 @@ def _joined(parts: list[str] | None) -> str | None:
 
 async def _body(response: Any) -> bytes:
     """A response's whole body; transport errors become openai's, as for any call."""
-    import httpx2
+    with _transport(response.request):
+        return bytes(await response.aread())
+
+
+@contextlib.contextmanager
+def _transport(request: Any) -> Iterator[None]:
+    """The HTTP library's errors while a body is read (cut short, a connection reset, a
+    read timeout) as openai's, which it raises for the same while it sends a request: the
+    library is httpx2, or httpx under older openai clients, which do not translate errors
+    met reading a stream."""
     import openai
 
+    timeouts, failures = _transport_errors()
     try:
-        return bytes(await response.aread())
-    except httpx2.TimeoutException as exc:
-        raise openai.APITimeoutError(request=response.request) from exc
-    except httpx2.RequestError as exc:  # cut short, connection reset
-        raise openai.APIConnectionError(request=response.request) from exc
+        yield
+    except timeouts as exc:
+        raise openai.APITimeoutError(request=request) from exc
+    except failures as exc:
+        raise openai.APIConnectionError(request=request) from exc
+
+
+@functools.cache
+def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
+    """(timeouts, other request errors) of the HTTP libraries installed."""
+    timeouts: list[type[BaseException]] = []
+    failures: list[type[BaseException]] = []
+    for name in ("httpx2", "httpx"):
+        try:
+            library = importlib.import_module(name)
+        except ImportError:
+            continue
+        timeouts.append(library.TimeoutException)
+        failures.append(library.RequestError)
+    return tuple(timeouts), tuple(failures)
 
 
 def _plain(body: bytes) -> Any:
