@@ -412,58 +412,26 @@ class LLMClient:
             _CutShort: the stream ended before a chunk gave the finish reason.
             _NotACompletion: a 200 that is neither an event stream nor JSON.
         """
-        from openai.types.chat import ChatCompletion
-
         try:
             kind = str(stream.response.headers.get("content-type", ""))
             if "event-stream" not in kind:  # a server that answers as if not asked to stream
                 return _plain(await _body(stream.response))
-            content: list[str] | None = None
-            calls: dict[int, dict[str, Any]] = {}
-            finish: str | None = None
-            usage: Any = None
-            chunks = 0
+            answer = _Assembly()
             reported = time.monotonic()
             with _transport(stream.response.request):  # (a body cut short, a reset)
                 async for chunk in stream:
-                    usage = getattr(chunk, "usage", None) or usage
-                    for choice in getattr(chunk, "choices", None) or []:
-                        if getattr(choice, "index", 0) != 0:
-                            continue
-                        delta = choice.delta
-                        text = getattr(delta, "content", None)
-                        if text is not None:
-                            content = content if content is not None else []
-                            content.append(text)
-                        for position, call in enumerate(getattr(delta, "tool_calls", None) or []):
-                            _add_call(calls, call, position)
-                        if text or getattr(delta, "tool_calls", None):
-                            chunks += 1
-                        finish = choice.finish_reason or finish
-                    if self.on_progress is not None and chunks:
-                        now = time.monotonic()
-                        if now - reported >= PROGRESS_EVERY:
-                            reported = now
-                            self.on_progress(chunks)
+                    answer.add(chunk)
+                    now = time.monotonic()
+                    if (
+                        self.on_progress is not None
+                        and answer.chunks
+                        and (now - reported >= PROGRESS_EVERY)
+                    ):
+                        reported = now
+                        self.on_progress(answer.chunks)
         finally:
             await stream.close()
-        if finish is None:
-            raise _CutShort(f"the answer stream stopped before its end, after {chunks} chunks")
-        message: dict[str, Any] = {"role": "assistant", "content": _joined(content)}
-        if calls:
-            message["tool_calls"] = [
-                {"id": call["id"], "type": "function", "function": call["function"]}
-                for _, call in sorted(calls.items())
-            ]
-        if usage is None:
-            # No usage chunk (llama-cpp-python sends none): what was generated is counted a
-            # token a chunk, as such servers stream, so the run's token budget still holds;
-            # the prompt's size is not known (0).
-            usage = {"prompt_tokens": 0, "completion_tokens": chunks, "total_tokens": chunks}
-        return ChatCompletion.construct(
-            choices=[{"index": 0, "message": message, "finish_reason": finish}],
-            usage=usage.model_dump() if hasattr(usage, "model_dump") else usage,
-        )
+        return answer.completion()
 
     def _count(self, result: ChatResult) -> None:
         """Count a replayed answer (or recorded failure) as its live call was counted."""
@@ -545,6 +513,64 @@ class LLMClient:
                     rule="cut-off",
                 )
             return extract_json(result.content or "")
+
+
+@dataclass
+class _Assembly:
+    """A streamed answer as its chunks come: the content, each tool call joined by its
+    `index`, the finish reason, the usage of the last chunk, and the chunks that carried
+    content or a call."""
+
+    content: list[str] | None = None
+    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
+    finish: str | None = None
+    usage: Any = None
+    chunks: int = 0
+
+    def add(self, chunk: Any) -> None:
+        self.usage = getattr(chunk, "usage", None) or self.usage
+        for choice in getattr(chunk, "choices", None) or []:
+            if getattr(choice, "index", 0) != 0:
+                continue
+            text = getattr(choice.delta, "content", None)
+            deltas = getattr(choice.delta, "tool_calls", None) or []
+            if text is not None:
+                self.content = [*(self.content or []), text]
+            for position, call in enumerate(deltas):
+                _add_call(self.calls, call, position)
+            self.chunks += 1 if text or deltas else 0
+            self.finish = choice.finish_reason or self.finish
+
+    def completion(self) -> Any:
+        """The completion the chunks add up to.
+
+        Raises:
+            _CutShort: no chunk gave the finish reason: the stream stopped before its end.
+        """
+        from openai.types.chat import ChatCompletion
+
+        if self.finish is None:
+            raise _CutShort(f"the answer stream stopped before its end, after {self.chunks} chunks")
+        message: dict[str, Any] = {"role": "assistant", "content": _joined(self.content)}
+        if self.calls:
+            message["tool_calls"] = [
+                {"id": call["id"], "type": "function", "function": call["function"]}
+                for _, call in sorted(self.calls.items())
+            ]
+        usage = self.usage
+        if usage is None:
+            # No usage chunk (llama-cpp-python sends none): what was generated is counted a
+            # token a chunk, as such servers stream, so the run's token budget still holds;
+            # the prompt's size is not known (0).
+            usage = {
+                "prompt_tokens": 0,
+                "completion_tokens": self.chunks,
+                "total_tokens": self.chunks,
+            }
+        return ChatCompletion.construct(
+            choices=[{"index": 0, "message": message, "finish_reason": self.finish}],
+            usage=usage.model_dump() if hasattr(usage, "model_dump") else usage,
+        )
 
 
 def _add_call(calls: dict[int, dict[str, Any]], delta: Any, position: int) -> None:
