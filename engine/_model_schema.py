@@ -55,6 +55,9 @@ _DROPPED = frozenset(
     }
 )
 """Keywords a model does not need (the sandbox checks them) and grammars choke on."""
+_SMALL = frozenset({"minItems", "minLength"})
+"""Kept when 1 (a plan has a step; an id is not empty): one repetition costs a grammar
+nothing, and says what an empty value cannot."""
 _NAMES = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
 """Keywords whose value maps names (kept as they are) to schemas."""
 _NESTING = frozenset({"properties", "items", "additionalProperties", "prefixItems"})
@@ -91,7 +94,10 @@ def _simplify(node: Any, defs: Mapping[str, Any], depth: int, seen: tuple[str, .
         return _any(_described({}, node))
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if key in _DROPPED or key in ("$defs", "definitions"):
+        if (key in _DROPPED and not (key in _SMALL and value == 1)) or key in (
+            "$defs",
+            "definitions",
+        ):
             continue
         key = "anyOf" if key == "oneOf" else key
         deeper = depth + 1 if key in _NESTING else depth

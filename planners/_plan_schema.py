@@ -22,7 +22,11 @@ __all__ = ["STEP_FIELDS", "plan_schema"]
 
 STEP_FIELDS = ("depends_on", "when", "can_fail", "retry", "timeout", "for_each")
 """The step fields a planned step may have besides its action, as the contract has them."""
-_ID = {"type": "string", "description": "Unique; letters, digits and _ (e.g. read_notes)."}
+_ID = {
+    "type": "string",
+    "minLength": 1,
+    "description": "Unique; letters, digits and _ (e.g. read_notes).",
+}
 
 
 def plan_schema(registry: Registry, grants: dict[str, Any]) -> dict[str, Any]:
@@ -57,7 +61,7 @@ def plan_schema(registry: Registry, grants: dict[str, Any]) -> dict[str, Any]:
         "type": "object",
         "properties": {
             "goal": {"type": "string"},
-            "steps": {"type": "array", "items": step},
+            "steps": {"type": "array", "items": step, "minItems": 1},
             "outputs": {"type": "object", "additionalProperties": {"type": "string"}},
         },
         "required": ["steps"],

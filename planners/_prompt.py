@@ -26,7 +26,7 @@ from ruamel.yaml.error import YAMLError
 from engine.capability import Registry, ToolEntry
 from engine.diagnostics import Diagnostic
 
-__all__ = ["problem_lines", "system_prompt", "tool_line"]
+__all__ = ["example", "problem_lines", "system_prompt", "tool_line"]
 
 SYSTEM = """You are the planner of planloom. Write a plan that reaches the goal using ONLY the
 tools below. Answer with one JSON object and nothing else: {{"steps": [...]}}.
@@ -39,18 +39,23 @@ for ID). Steps that do not need each other run in parallel. Keep the plan short.
 Tools (params, ? = optional; -> output fields):
 {tools}
 {facts}
-Example (of the form only: use the goal's own paths and values):
-{example}"""
+Templates take Jinja filters: "${{{{ steps.ID.output.FIELD | upper }}}}", | lower, | join(", ").
+
+Example goal: {goal}
+Its plan: {example}
+(an example only: a plan uses its own goal's paths and text)"""
 
 
 def system_prompt(registry: Registry, grants: dict[str, Any]) -> str:
     """The planner's system prompt for `grants` in `registry` (bound to them)."""
     entries = registry.catalogue(grants)
     facts = registry.grant_facts(grants)
+    goal, steps = example(entries, grants)
     return SYSTEM.format(
         tools="\n".join(tool_line(entry) for entry in entries) or "(none granted)",
         facts=("Granted:\n" + "\n".join(facts) + "\n") if facts else "",
-        example=json.dumps(_example(entries, grants)),
+        goal=goal,
+        example=json.dumps({"steps": steps}),
     )
 
 
@@ -83,23 +88,50 @@ def _type(schema: Any) -> str:
     return f": {named[0]}" if named else ""
 
 
-def _example(entries: Sequence[ToolEntry], grants: dict[str, Any]) -> dict[str, Any]:
-    """A plan of two granted tools: one that reads, then one that uses what it read (a
-    write when one is granted)."""
+EXAMPLE_IN = "example/in.txt"
+"""The example's paths: ones no goal names, so a plan copying them is seen as copied."""
+EXAMPLE_OUT = "example-out.txt"
+
+
+def example(entries: Sequence[ToolEntry], grants: dict[str, Any]) -> tuple[str, list[Any]]:
+    """An example goal and its plan's steps, of two granted tools: one that reads, then one
+    that uses what it read (a write when one is granted)."""
     reads = [e for e in entries if e.side_effects is False and _required(e)]
-    writes = [e for e in entries if e.side_effects is not False and _required(e)]
+    # A write that replaces rather than appends, when there is one: what goals mostly ask.
+    writes = sorted(
+        (e for e in entries if e.side_effects is not False and _required(e)),
+        key=lambda e: "write" not in e.name,
+    )
     first = reads[0] if reads else (writes[0] if writes else None)
     if first is None:
-        return {"steps": []}
-    steps = [{"id": "first", "tool": first.name, "params": _values(first, grants, None)}]
+        return "", []
+    params = _values(first, grants, None)
+    steps: list[Any] = [{"id": "first", "tool": first.name, "params": params}]
+    goal = f"{_verb(first)} ({_shown(params)})"
     second = next((e for e in writes if e is not first), None)
     if second is not None:
         fields = list(((first.output or {}).get("properties") or {}).keys())
         source = f"${{{{ steps.first.output.{fields[0]} }}}}" if fields else None
-        steps.append(
-            {"id": "second", "tool": second.name, "params": _values(second, grants, source)}
-        )
-    return {"steps": steps}
+        params = _values(second, grants, source)
+        steps.append({"id": "second", "tool": second.name, "params": params})
+        gives = fields[0] if fields else "result"
+        goal += f", then {_verb(second)} ({_shown(params)}) with its {gives}"
+    return goal, steps
+
+
+def _verb(entry: ToolEntry) -> str:
+    """`read a text file` from "Read a text file."."""
+    sentence = entry.description.split("\n", 1)[0].strip().rstrip(".")
+    return sentence[:1].lower() + sentence[1:]
+
+
+def _shown(params: dict[str, Any]) -> str:
+    """The example's own values (not the template) as the goal would name them."""
+    return " ".join(
+        " ".join(map(str, value)) if isinstance(value, list) else str(value)
+        for value in params.values()
+        if not (isinstance(value, str) and value.startswith("${{"))
+    )
 
 
 def _required(entry: ToolEntry) -> list[str]:
@@ -117,26 +149,26 @@ def _values(entry: ToolEntry, grants: dict[str, Any], source: str | None) -> dic
             values[name] = _path(grants, writes=entry.side_effects is not False)
         elif name == "argv":
             programs = (grants.get("shell") or {}).get("allow") or ["echo"]
-            values[name] = [programs[0], "notes.txt"]
+            values[name] = [programs[0], EXAMPLE_IN]
         elif name == "url":
             hosts = (grants.get("http") or {}).get("allow") or ["example.com"]
             values[name] = f"https://{str(hosts[0]).lstrip('*.')}/"
         elif source is not None and not kind:
             values[name], source = source, None
         else:
-            values[name] = {": integer": 1, ": number": 1, ": boolean": True}.get(kind, "text")
+            values[name] = {": integer": 1, ": number": 1, ": boolean": True}.get(kind, "example")
     return values
 
 
 def _path(grants: dict[str, Any], *, writes: bool) -> str:
-    """`notes.txt`, or for a write, a file under the first glob the grant lets it write."""
+    """EXAMPLE_IN, or for a write, EXAMPLE_OUT in the first folder the grant lets it write."""
     if not writes:
-        return "notes.txt"
+        return EXAMPLE_IN
     allowed = (grants.get("fs") or {}).get("write")
     if isinstance(allowed, list) and allowed:
         folder = str(allowed[0]).split("*", 1)[0].rstrip("/")
-        return f"{folder}/summary.txt" if folder else "summary.txt"
-    return "summary.txt"
+        return f"{folder}/{EXAMPLE_OUT}" if folder else EXAMPLE_OUT
+    return "example/out.txt"
 
 
 def problem_lines(

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import io
 import json
-import re
 from pathlib import Path
 from typing import Any
 
@@ -24,11 +23,11 @@ from engine.capability import Registry
 from engine.diagnostics import Diagnostic
 from engine.errors import PlanValidationError, StepFailed
 from engine.llm import LLMClient, NoJSON
-from engine.model import Plan
 from engine.planning import PlanOutcome
 from engine.validation import validate_plan
+from planners._goal_checks import plan_problems
 from planners._plan_schema import plan_schema
-from planners._prompt import problem_lines, system_prompt
+from planners._prompt import example, problem_lines, system_prompt
 from planners.recipe import parse_recipe_text
 
 __all__ = ["MAX_REPAIRS", "LLMPlanner", "PlanOutcome", "model_written", "plan_to_yaml"]
@@ -94,6 +93,8 @@ class LLMPlanner:
         schema = plan_schema(registry, grants)
         granted = [entry.name for entry in registry.catalogue(grants)]
         prompt = goal if context is None else f"{goal}\n\nContext:\n{context}"
+        _, shown = example(registry.catalogue(grants), grants)
+        roots = _roots(base_dir, grants)
         opening: list[dict[str, Any]] = [
             {"role": "system", "content": system_prompt(registry, grants)},
             {"role": "user", "content": prompt},
@@ -118,7 +119,7 @@ class LLMPlanner:
                 except PlanValidationError as exc:
                     diagnostics = exc.diagnostics
                 else:
-                    diagnostics = _unused_goal_paths(goal, plan, file)
+                    diagnostics = plan_problems(goal, plan, file, roots=roots, example=shown)
                     if not diagnostics:
                         return PlanOutcome(plan, text, repairs=attempt, problems=problems)
             problems.append(diagnostics)
@@ -213,38 +214,14 @@ def _repair_request(diagnostics: list[Diagnostic], text: str | None, granted: li
     )
 
 
-_PATH = re.compile(
-    r"(?<![\w/.:-])((?:[\w.-]+/)+[\w.-]*\w|[\w-]+\.(?:txt|md|json|ya?ml|csv|py|js|ts|html|log"
-    r"|ini|toml|cfg|sh|xml|sql))(?![\w/])"
-)
-"""A path a goal names: with a folder (`out/hello.txt`, `src/`), or a file with a common
-extension (`notes.txt`). Not a URL's (`https://host/x`)."""
-
-
-def _unused_goal_paths(goal: str, plan: Plan, file: str) -> list[Diagnostic]:
-    """A problem when the goal names paths and no step of `plan` uses any of them (in its
-    params, or an agent's goal): a plan for something else, as a small model writes when it
-    copies its example, valid and sure to "succeed". (A plan using some of them may reach
-    the others another way: a search, a glob, a listing.)"""
-    paths = list(dict.fromkeys(_PATH.findall(goal)))
-    used = json.dumps(
-        [[step.params, step.agent.goal if step.agent else None] for step in plan.all_steps()],
-        ensure_ascii=False,
-    )
-    if not paths or any(path in used for path in paths):
-        return []
-    named = ", ".join(repr(path) for path in paths)
-    return [
-        Diagnostic(
-            file=file,
-            line=1,
-            column=1,
-            rule="goal-path-unused",
-            message=f"the goal names {named}, but no step uses any of them: this plan does "
-            "not do what the goal asks",
-            hint="use the goal's own paths and text in the steps' params",
-        )
-    ]
+def _roots(base_dir: Path, grants: dict[str, Any]) -> list[Path]:
+    """The folders a goal's paths may be relative to: the recipe's, and each grant's root."""
+    roots = [base_dir]
+    for grant in grants.values():
+        root = grant.get("root") if isinstance(grant, dict) else None
+        if isinstance(root, str):
+            roots.append(base_dir / root)
+    return roots
 
 
 def _no_json(file: str, message: str, rule: str) -> Diagnostic:

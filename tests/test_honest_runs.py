@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import subprocess
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,9 +78,14 @@ def test_a_recipe_of_finally_steps_only_and_a_goal_to_plan_are_valid(work: Path)
         assert checked.returncode == 0, (name, checked.stderr)
 
 
-def _planned(server: FakeOpenAIServer, work: Path, *extra: str) -> subprocess.CompletedProcess[str]:
+HELLO = "Write the text hello to out/hello.txt"
+
+
+def _planned(
+    server: FakeOpenAIServer, work: Path, *extra: str, goal: str = HELLO
+) -> subprocess.CompletedProcess[str]:
     proc = planloom(
-        "plan", "Write the text hello to out/hello.txt",
+        "plan", goal,
         "--base-url", server.base_url, "--model", "m",
         "--capabilities", "caps.yaml", "--yes", "--json", *extra, cwd=work,
     )  # fmt: skip
@@ -302,3 +308,90 @@ def test_a_plan_that_never_uses_the_goals_paths_is_not_run(work: Path) -> None:
     result = json.loads(proc.stdout)
     (step,) = result["steps"].values()  # the agent the goal fell back to, which only talked
     assert "agent.no-tool-calls" in step["error"]
+
+
+def _step(step_id: str, tool: str, **params: Any) -> dict[str, Any]:
+    return {"id": step_id, "tool": tool, "params": params}
+
+
+HELLO_PLAN = {"steps": [_step("write", "fs.write", path="out/hello.txt", content="hello")]}
+UPPER = "Read a.txt and write its content upper-cased to out/upper.txt"
+UPPER_PLAN = {
+    "steps": [
+        _step("read", "fs.read", path="a.txt"),
+        _step(
+            "save",
+            "fs.write",
+            path="out/upper.txt",
+            content="${{ steps.read.output.content | upper }}",
+        ),
+    ]
+}
+
+
+def _copies_the_example(request: ChatRequest) -> dict[str, Any]:
+    """The example plan the system prompt shows, as a small model answers it."""
+    system = request.messages[0]["content"]
+    answer: dict[str, Any] = json.loads(system.split("Its plan: ", 1)[1].split("\n", 1)[0])
+    return answer
+
+
+@pytest.mark.parametrize(
+    ("goal", "wrong", "right", "told"),
+    [
+        pytest.param(
+            HELLO,
+            lambda r: {"steps": [_step("write", "fs.write", path="out/hello.txt", content="...")]},
+            HELLO_PLAN,
+            """step "write": param content is a placeholder ('...'), not a value (placeholder)""",
+            id="placeholder",
+        ),
+        pytest.param(
+            HELLO,
+            _copies_the_example,
+            HELLO_PLAN,
+            """step "first" is the prompt's example step, not a step for this goal""",
+            id="example-copied",
+        ),
+        pytest.param(
+            UPPER,
+            lambda r: {"steps": [UPPER_PLAN["steps"][0]]},
+            UPPER_PLAN,
+            "the goal asks for 'out/upper.txt', which does not exist yet, and no step makes it",
+            id="goal-file-not-made",
+        ),
+    ],
+)
+def test_a_valid_plan_that_is_not_for_its_goal_goes_to_repair(
+    work: Path,
+    goal: str,
+    wrong: Callable[[ChatRequest], dict[str, Any]],
+    right: dict[str, Any],
+    told: str,
+) -> None:
+    """What validation cannot see without the goal: a placeholder for the text, the
+    prompt's example copied, the file the goal asks for not made. Each is sent back."""
+    answers = iter([wrong, lambda r: right])
+    with FakeOpenAIServer(lambda request: json.dumps(next(answers)(request))) as server:
+        proc = _planned(server, work, goal=goal)
+        repair = server.requests[-1].last_user_text()
+    assert proc.returncode == 0, proc.stderr
+    assert len(server.requests) == 2
+    assert told in repair
+    path, content = {HELLO: ("out/hello.txt", "hello"), UPPER: ("out/upper.txt", "APPLES")}[goal]
+    assert (work / "work" / path).read_text() == content
+
+
+def test_a_plan_that_makes_the_goals_file_and_reads_another_way_is_accepted(work: Path) -> None:
+    """An existing path the goal names may be reached another way (a search, a listing):
+    only a file still to be made must be named by a step."""
+    plan = {
+        "steps": [
+            _step("find", "fs.search", pattern="apples", path="."),
+            _step("save", "fs.write", path="out/upper.txt", content="APPLES"),
+        ]
+    }
+    with FakeOpenAIServer(ScriptedModel.sequence(plan)) as server:
+        proc = _planned(server, work, goal=UPPER)
+    assert proc.returncode == 0, proc.stderr
+    assert len(server.requests) == 1

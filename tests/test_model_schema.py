@@ -22,13 +22,14 @@ DROPPED = {"title", "maxLength", "minLength", "maxItems", "pattern", "format", "
 
 
 def _keywords(schema: Any, inside_names: bool = False) -> Iterator[str]:
-    """The keywords used anywhere in `schema` (not the names of properties)."""
+    """The keywords used anywhere in `schema` (not the names of properties), but for a
+    bound of 1 (`minLength: 1`), which costs a grammar nothing."""
     if isinstance(schema, list):
         for item in schema:
             yield from _keywords(item)
     elif isinstance(schema, dict):
         for key, value in schema.items():
-            if not inside_names:
+            if not inside_names and not (key in ("minLength", "minItems") and value == 1):
                 yield key
             yield from _keywords(value, inside_names=key in ("properties", "$defs"))
 

@@ -44,8 +44,9 @@ WRITE_PLAN: dict[str, Any] = {
     ],
 }
 
+READ = "Read a.txt"
 READ_PLAN: dict[str, Any] = {
-    "goal": "Read a.txt",
+    "goal": READ,
     "steps": [{"id": "read_a", "tool": "fs.read", "params": {"path": "a.txt"}}],
 }
 
@@ -138,7 +139,7 @@ def test_plan_runs_the_planned_steps_and_saves_a_recipe_that_runs(workspace: Pat
 
 def test_validate_accepts_the_saved_plan(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN)) as server:
-        proc = planloom(*plan_args(server, "-o", "read.yaml"), cwd=workspace)
+        proc = planloom(*plan_args(server, "-o", "read.yaml", goal=READ), cwd=workspace)
     assert proc.returncode == 0, proc.stderr
     check = planloom("validate", "read.yaml", "--json", cwd=workspace)
     assert check.returncode == 0, check.stdout + check.stderr
@@ -148,7 +149,7 @@ def test_validate_accepts_the_saved_plan(workspace: Path) -> None:
 def test_a_plan_repaired_from_errors_runs(workspace: Path) -> None:
     typo = {"steps": [{"id": "read_a", "tool": "fs.raed", "params": {"path": "a.txt"}}]}
     with FakeOpenAIServer(ScriptedModel.sequence(typo, READ_PLAN)) as server:
-        proc = planloom(*plan_args(server, "--json"), cwd=workspace)
+        proc = planloom(*plan_args(server, "--json", goal=READ), cwd=workspace)
         assert len(server.requests) == 2
         assert "unknown-tool" in server.requests[1].last_user_text()
     assert proc.returncode == 0, proc.stderr
@@ -181,7 +182,7 @@ def test_no_rejects_the_plan(workspace: Path) -> None:
 
 def test_a_read_only_plan_runs_without_approval(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN)) as server:
-        proc = planloom(*plan_args(server, "--json"), cwd=workspace)
+        proc = planloom(*plan_args(server, "--json", goal=READ), cwd=workspace)
     no_traceback(proc)
     assert proc.returncode == 0, proc.stderr
     result = one_json(proc.stdout)
@@ -213,7 +214,9 @@ def test_a_refused_key_exits_2_before_any_step(workspace: Path) -> None:
 
 def test_the_right_key_is_sent(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN), api_key="right") as server:
-        proc = planloom(*plan_args(server), cwd=workspace, environ=env(OPENAI_API_KEY="right"))
+        proc = planloom(
+            *plan_args(server, goal=READ), cwd=workspace, environ=env(OPENAI_API_KEY="right")
+        )
         assert server.headers[0]["authorization"] == "Bearer right"
     assert proc.returncode == 0, proc.stderr
 
@@ -234,7 +237,7 @@ def test_a_missing_model_exits_2(workspace: Path) -> None:
 def test_the_model_can_come_from_the_environment(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN)) as server:
         proc = planloom(
-            "plan", GOAL, "--capabilities", "caps.yaml", cwd=workspace,
+            "plan", READ, "--capabilities", "caps.yaml", cwd=workspace,
             environ=env(PLANLOOM_MODEL="env-model", OPENAI_BASE_URL=server.base_url),
         )  # fmt: skip
         assert [r.model for r in server.requests] == ["env-model"]
@@ -350,7 +353,7 @@ def test_an_agent_write_is_gated_without_yes(tmp_path: Path) -> None:
 def test_a_429_is_retried_and_the_run_succeeds(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN)) as server:
         server.inject(Fault.status(429))
-        proc = planloom(*plan_args(server, "--json"), cwd=workspace)  # really sleeps 1 s
+        proc = planloom(*plan_args(server, "--json", goal=READ), cwd=workspace)  # really sleeps 1 s
         assert len(server.requests) == 2
         assert len(server.model.calls) == 1
     no_traceback(proc)

@@ -39,15 +39,19 @@ def test_the_prompt_states_the_grant_facts_and_each_tools_output(tmp_path: Path)
     assert "llm.complete" not in text  # not granted
 
 
-def test_the_example_is_a_plan_of_granted_tools_writing_where_it_may(tmp_path: Path) -> None:
+def test_the_example_is_a_goal_and_its_plan_of_granted_tools_writing_where_it_may(
+    tmp_path: Path,
+) -> None:
     text = _prompt(GRANTS, tmp_path)
-    example = json.loads(text.rsplit("\n", 1)[-1])
+    goal = text.split("Example goal: ", 1)[1].split("\n", 1)[0]
+    example = json.loads(text.split("Its plan: ", 1)[1].split("\n", 1)[0])
     tools = [step["tool"] for step in example["steps"]]
-    assert tools[0] in ("fs.read", "fs.list", "fs.search")
+    assert tools == ["fs.read", "fs.write"]  # a write that replaces, not fs.append
     assert all(tool in text.split("Example", 1)[0] for tool in tools)
     written = [s["params"]["path"] for s in example["steps"] if s["tool"].startswith("fs.")]
-    assert any(path.startswith("out/") for path in written)
-    assert re.search(r"\$\{\{ steps\.first\.output\.\w+ \}\}", json.dumps(example))
+    assert written == ["example/in.txt", "out/example-out.txt"]  # where the grant lets it
+    assert all(path in goal for path in written)  # the goal names what its plan uses
+    assert re.search(r"\$\{\{ steps\.first\.output\.content \}\}", json.dumps(example))
 
 
 def test_nothing_granted_says_so(tmp_path: Path) -> None:
