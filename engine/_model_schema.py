@@ -12,6 +12,11 @@ patterns and formats, examples; `$ref`s are inlined (to `MAX_DEPTH` levels: deep
 value), `oneOf` is read as `anyOf`, and choices of an `anyOf` that say the same once
 simplified are kept once. A schema of any value names every JSON type, as llama.cpp's
 converter wants.
+
+`strict_schema` goes further, for OpenAI's `strict` structured outputs (and servers that
+take the same schema): every object closed and every property required, an optional one
+nullable instead. `without_added_nulls` makes an answer to it an answer to the schema it
+was made from again.
 """
 
 from __future__ import annotations
@@ -19,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "for_model"]
+__all__ = ["MAX_DEPTH", "for_model", "strict_schema", "without_added_nulls"]
 
 MAX_DEPTH = 6
 """Levels of nested objects and arrays kept; below them a value is any JSON value."""
@@ -146,3 +151,224 @@ def _described(schema: Any, where: Mapping[str, Any]) -> Any:
     if isinstance(schema, dict) and isinstance(text, str):
         return {**schema, "description": text}
     return schema
+
+
+SCALAR = ["string", "number", "boolean", "null"]
+"""What a value of any type is in a strict schema: an object cannot be written there."""
+_STRICT_KEPT = frozenset({"type", "properties", "items", "anyOf", "enum", "description"})
+"""The keywords a strict schema keeps (`const` becomes an `enum`; objects get `required`
+and `additionalProperties` anew); the rest, annotations and bounds such as `default` or
+`minLength` that strict mode refuses, are dropped."""
+_NOT_STRICT = frozenset(
+    {
+        "allOf",
+        "not",
+        "if",
+        "then",
+        "else",
+        "prefixItems",
+        "contains",
+        "dependentSchemas",
+        "dependentRequired",
+        "propertyNames",
+        "unevaluatedProperties",
+        "unevaluatedItems",
+        "$ref",
+        "$dynamicRef",
+    }
+)
+"""Keywords that constrain a value in a way strict mode cannot say."""
+_NULL = {"type": "null"}
+
+
+class _NotStrict(Exception):
+    """A schema strict mode cannot express (a free-form object, `allOf`, ...)."""
+
+
+def strict_schema(schema: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The OpenAI-strict version of `schema` (one `for_model` made: no `$ref`s), or None.
+
+    Each object with `properties` is closed (`additionalProperties: false`) and requires
+    every property; a property that was not required may be null instead (its `type` list
+    gains `"null"`, or it becomes `anyOf` it and null), unless it already allows null.
+    `const: v` becomes `enum: [v]`; annotations and bounds strict mode refuses (`default`,
+    `minLength`, `minItems`, ...) are dropped. A value of any type (every type named, or
+    no shape at all) becomes a scalar, `{"type": ["string", "number", "boolean", "null"]}`:
+    strict mode has no free-form object, so an object cannot be written there, but a
+    template (a string) can.
+
+    Args:
+        schema: a schema as `for_model` returns it.
+
+    Returns:
+        The strict schema, or None when strict mode cannot express `schema`: its root is
+        not an object with `properties`, or somewhere an object has no `properties` (a
+        free-form object, such as a map of `additionalProperties`), or it uses a keyword
+        such as `allOf` or `not`.
+    """
+    try:
+        strict = _strict(schema)
+    except (_NotStrict, RecursionError):
+        return None
+    if strict.get("type") != "object" or not isinstance(strict.get("properties"), dict):
+        return None  # strict mode's root is an object, not a choice of shapes
+    return strict
+
+
+def _strict(node: Any) -> dict[str, Any]:
+    if not isinstance(node, Mapping) or node.keys() & _NOT_STRICT:
+        raise _NotStrict
+    kinds = node.get("type")
+    if not node.keys() & _SHAPE or (isinstance(kinds, list) and set(kinds) >= set(ANY)):
+        described = {k: v for k, v in node.items() if k == "description"}
+        return {"type": SCALAR, **described}
+    out: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "const":
+            out["enum"] = [value]
+        elif key == "properties" and isinstance(value, Mapping):
+            needed = _listed(node.get("required"))
+            out[key] = {
+                name: _strict(sub) if name in needed else _nullable(_strict(sub))
+                for name, sub in value.items()
+            }
+        elif key == "items":
+            out[key] = _strict(value)
+        elif key == "anyOf":
+            out[key] = [_strict(choice) for choice in _listed(value)]
+        elif key in _STRICT_KEPT:
+            out[key] = value
+    types = kinds if isinstance(kinds, list) else [kinds]
+    if "object" in types or node.keys() & {"properties", "additionalProperties"}:
+        if "properties" not in out:
+            raise _NotStrict  # a free-form object: strict mode closes every object
+        out["additionalProperties"] = False
+        out["required"] = list(out["properties"])
+    if "array" in types and "items" not in out:
+        out["items"] = {"type": SCALAR}
+    return out
+
+
+def _nullable(schema: dict[str, Any]) -> dict[str, Any]:
+    """`schema`, or null: its `type` list gains "null" when it is a plain typed schema; a
+    choice gains a null choice; anything else is a choice of it and null."""
+    if _allows_null(schema):
+        return schema
+    kinds = schema.get("type")
+    if kinds is not None and not schema.keys() & {"anyOf", "enum", "properties"}:
+        kinds = kinds if isinstance(kinds, list) else [kinds]
+        return {**schema, "type": [*kinds, "null"]}
+    if isinstance(schema.get("anyOf"), list) and schema.keys() <= {"anyOf", "description"}:
+        return {**schema, "anyOf": [*schema["anyOf"], _NULL]}
+    return {"anyOf": [schema, _NULL]}
+
+
+def _allows_null(schema: Any) -> bool:
+    """Whether `schema` admits null (no schema, or one of any value, does)."""
+    if not isinstance(schema, Mapping) or not schema.keys() & _SHAPE:
+        return True
+    kinds = schema.get("type")
+    if kinds == "null" or (isinstance(kinds, list) and "null" in kinds):
+        return "enum" not in schema or None in _listed(schema["enum"])
+    if "const" in schema:
+        return schema["const"] is None
+    if "enum" in schema and "type" not in schema:
+        return None in _listed(schema["enum"])
+    choices = schema.get("anyOf")
+    if isinstance(choices, list) and "type" not in schema:
+        return any(_allows_null(choice) for choice in choices)
+    return False
+
+
+def _listed(value: Any) -> list[Any]:
+    return value if isinstance(value, list) else []
+
+
+def without_added_nulls(value: Any, schema: Mapping[str, Any]) -> Any:
+    """`value`, an answer to `strict_schema(schema)`, made an answer to `schema` again.
+
+    Strict mode makes every property required, an optional one nullable: a model writes
+    `"retry": null` where it means no retry. Each key whose value is null is dropped
+    where `schema` neither requires it nor allows null there. Objects, arrays and `anyOf`
+    are walked with the value: a dict goes by the object choice whose properties hold all
+    its non-null keys and whose `const`/`enum` properties it matches; another value by the
+    first choice that fits it. What `schema` does not describe is left as it is.
+
+    Args:
+        value: the answer, as parsed from JSON.
+        schema: the schema `strict_schema` was given (a `for_model` schema).
+
+    Returns:
+        `value`, without the nulls strict mode added; never raises on odd input.
+    """
+    try:
+        return _restored(value, schema)
+    except RecursionError:
+        return value
+
+
+def _restored(value: Any, schema: Any) -> Any:
+    if not isinstance(schema, Mapping):
+        return value
+    if isinstance(value, dict):
+        schema = _object_for(value, schema)
+        properties = schema.get("properties") if schema is not None else None
+        if not isinstance(properties, Mapping):
+            return value
+        needed = _listed(schema.get("required") if schema is not None else None)
+        return {
+            key: _restored(item, properties.get(key))
+            for key, item in value.items()
+            if not (
+                item is None
+                and key in properties
+                and key not in needed
+                and not _allows_null(properties[key])
+            )
+        }
+    if isinstance(value, list):
+        array = _array_for(schema)
+        items = array.get("items") if array is not None else None
+        return [_restored(item, items) for item in value]
+    return value
+
+
+def _object_for(value: dict[Any, Any], schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The part of `schema` that describes the dict `value`: itself, or its choice."""
+    if isinstance(schema.get("properties"), Mapping):
+        return schema
+    for choice in _listed(schema.get("anyOf")):
+        if isinstance(choice, Mapping):
+            found = _object_for(value, choice)
+            if found is not None and _fits(value, found):
+                return found
+    return None
+
+
+def _fits(value: dict[Any, Any], schema: Mapping[str, Any]) -> bool:
+    properties = schema["properties"]
+    for key, item in value.items():
+        if item is None:
+            continue
+        if key not in properties:
+            return False
+        sub = properties[key]
+        if isinstance(sub, Mapping):
+            if "const" in sub and item != sub["const"]:
+                return False
+            if isinstance(sub.get("enum"), list) and item not in sub["enum"]:
+                return False
+    return True
+
+
+def _array_for(schema: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    """The part of `schema` that describes a list: itself, or its first array choice."""
+    kinds = schema.get("type")
+    if "items" in schema or kinds == "array" or (isinstance(kinds, list) and "array" in kinds):
+        return schema
+    for choice in _listed(schema.get("anyOf")):
+        if isinstance(choice, Mapping):
+            found = _array_for(choice)
+            if found is not None:
+                return found
+    return None

@@ -29,16 +29,18 @@ import re
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, get_args
 
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from engine._limits import TooDeep, loads_json
 from engine._llm_text import bad_json, one_line, quoted_at, unfenced
+from engine._model_schema import strict_schema, without_added_nulls
 from engine._secrets import Secrets
 from engine.errors import ConfigurationError, PlanloomError, StepError, StepFailed, StepTimeout
 from engine.llm_config import Budget, LLMConfig, resolve_llm_config
+from engine.model import StructuredOutput
 
 if TYPE_CHECKING:
     import openai
@@ -51,7 +53,9 @@ __all__ = [
     "LLMError",
     "ModelCallCancelled",
     "NoJSON",
+    "PromptTooLong",
     "ToolCallRequest",
+    "estimate_tokens",
     "extract_json",
     "resolve_llm_config",
 ]
@@ -79,6 +83,35 @@ class LLMError(StepFailed):
 
 class ModelCallCancelled(StepFailed):
     """A model call cut off before it answered: it was made, and counts."""
+
+
+CHARS_PER_TOKEN = 3.0
+"""What `estimate_tokens` takes a token to be: fewer characters than English prose's four,
+as JSON, code and paths are; an estimate that errs towards not fitting."""
+
+
+def estimate_tokens(
+    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+) -> int:
+    """About how many tokens `messages` and `tools` take in a prompt (no tokenizer: the
+    endpoint's is unknown): their JSON's characters over CHARS_PER_TOKEN, and a few a
+    message for its role and separators."""
+    text = json.dumps([messages, tools or []], ensure_ascii=False, default=str)
+    return int(len(text) / CHARS_PER_TOKEN) + 4 * len(messages)
+
+
+class PromptTooLong(ConfigurationError):
+    """A request estimated not to fit the model's context window with its `max_tokens`."""
+
+    def __init__(self, tokens: int, max_tokens: int, window: int) -> None:
+        super().__init__(
+            f"the request takes about {tokens} tokens, and with max_tokens {max_tokens} it "
+            f"does not fit the model's context window of {window} (llm: context_window, "
+            "--llm-context or PLANLOOM_LLM_CONTEXT): grant fewer tools, lower max_tokens, "
+            "or use a model with a larger context"
+        )
+        self.tokens = tokens
+        self.window = window
 
 
 class NoJSON(LLMError):
@@ -129,11 +162,11 @@ class ChatResult(BaseModel):
     finish_reason: str | None = None
 
 
-JsonMode = Literal["json_schema", "json_object_schema", "json_object", "text"]
-JSON_MODES: tuple[JsonMode, ...] = ("json_schema", "json_object_schema", "json_object", "text")
+JsonMode = StructuredOutput
+JSON_MODES: tuple[JsonMode, ...] = get_args(StructuredOutput)
 """Structured output, tried in this order as endpoints refuse it: OpenAI's `json_schema`;
 llama-cpp-python's own `{"type": "json_object", "schema": ...}` (it refuses the first with a
-500, and enforces this one by a grammar); plain JSON mode; text."""
+500, and enforces this one by a grammar); plain JSON mode; none (the prompt alone)."""
 
 
 class Answers(Protocol):
@@ -195,6 +228,8 @@ class LLMClient:
     streams: bool = True
 
     def __post_init__(self) -> None:
+        if self.config.structured_output is not None:
+            self.json_mode = self.config.structured_output
         if self.client is None:
             import openai  # here, not at the top: a command that calls no model skips 0.4 s
 
@@ -253,6 +288,22 @@ class LLMClient:
         except (openai.APIError, ValueError):
             pass  # not a key problem: the run's own calls retry it and report it
 
+    def check_fits(
+        self, messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
+    ) -> None:
+        """Nothing when `messages` (and `tools`) fit the model's context window with room
+        for `max_tokens`, or when no window is configured.
+
+        Raises:
+            PromptTooLong: they do not; nothing was sent.
+        """
+        window = self.config.context_window
+        if window is None:
+            return
+        tokens = estimate_tokens(messages, tools)
+        if tokens + self.config.max_tokens > window:
+            raise PromptTooLong(tokens, self.config.max_tokens, window)
+
     async def chat(
         self,
         messages: list[dict[str, Any]],
@@ -265,6 +316,7 @@ class LLMClient:
         Raises:
             BudgetExceeded: the run's model budget is spent.
             ConfigurationError: the endpoint refused the key (401/403), now or before.
+            PromptTooLong: the request would not fit the context window (`check_fits`).
             LLMError: a non-retryable error, or retries exhausted.
             StepTimeout: the last attempt timed out.
         """
@@ -279,6 +331,7 @@ class LLMClient:
         kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages}
         if tools:
             kwargs["tools"] = self.secrets.redact_value(tools)
+        self.check_fits(messages, tools)
         if response_format is not None:
             kwargs["response_format"] = response_format
         if self.config.temperature is not None:
@@ -491,10 +544,7 @@ class LLMClient:
         while True:
             mode = self.json_mode
             formats: dict[str, dict[str, Any]] = {
-                "json_schema": {
-                    "type": "json_schema",
-                    "json_schema": {"name": name, "schema": schema},
-                },
+                "json_schema": {"type": "json_schema", "json_schema": _named(name, schema)},
                 "json_object_schema": {"type": "json_object", "schema": schema},
                 "json_object": {"type": "json_object"},
             }
@@ -502,7 +552,13 @@ class LLMClient:
             try:
                 result = await self.chat(messages, response_format=response_format)
             except LLMError as exc:
-                if mode != "text" and _refuses_json_mode(exc):
+                if mode != "none" and _refuses_json_mode(exc):
+                    if self.config.structured_output is not None:  # fixed: said, not changed
+                        raise LLMError(
+                            f"{exc.message} (structured_output {mode} is set: unset it, or "
+                            "set another mode the endpoint takes)",
+                            status=exc.status,
+                        ) from exc
                     self.json_mode = JSON_MODES[JSON_MODES.index(mode) + 1]
                     continue
                 raise
@@ -512,7 +568,19 @@ class LLMClient:
                     "(--llm-max-tokens, PLANLOOM_LLM_MAX_TOKENS or llm: max_tokens raises it)",
                     rule="cut-off",
                 )
-            return extract_json(result.content or "")
+            answer = extract_json(result.content or "")
+            if mode == "json_schema" and strict_schema(schema) is not None:
+                return without_added_nulls(answer, schema)  # strict: optional were nullable
+            return answer
+
+
+def _named(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """`json_schema`'s value: strict (OpenAI's guarantee that the answer fits) when the
+    schema can be said strictly, its optional fields then nullable (`strict_schema`)."""
+    strict = strict_schema(schema)
+    if strict is None:
+        return {"name": name, "schema": schema}
+    return {"name": name, "schema": strict, "strict": True}
 
 
 @dataclass

@@ -5,8 +5,11 @@ The limits of one call: `timeout` (`--llm-timeout`, `PLANLOOM_LLM_TIMEOUT`, `llm
 30 s, or 600 s for a base URL on loopback, where a small machine may take minutes to
 answer), `max_tokens` (`--llm-max-tokens`, `PLANLOOM_LLM_MAX_TOKENS`, `llm: max_tokens`;
 sent with every request, so no answer runs on without bound) and `retries`
-(`PLANLOOM_LLM_RETRIES`, `llm: retries`). `timeout` bounds a whole call, however slowly
-its answer streams in. A timed-out call to a loopback endpoint is not retried unless
+(`PLANLOOM_LLM_RETRIES`, `llm: retries`). `context_window` (`--llm-context`,
+`PLANLOOM_LLM_CONTEXT`, `llm: context_window`): a request estimated not to fit with its
+`max_tokens` is not sent. `structured_output` (`PLANLOOM_LLM_STRUCTURED_OUTPUT`,
+`llm: structured_output`) fixes how JSON is asked for. `timeout` bounds a whole call,
+however slowly its answer streams in. A timed-out call to a loopback endpoint is not retried unless
 `retries` is set: a small machine that took that long would take as long again (and a
 server that does not stream is still generating the answer it abandoned).
 """
@@ -18,13 +21,21 @@ import os
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import get_args
 from urllib.parse import urlsplit
 
 from pydantic import BaseModel, SecretStr
 
 from engine._sanitize import neutralize
 from engine.errors import BudgetExceeded, ConfigurationError
-from engine.model import MAX_LLM_RETRIES, MAX_LLM_TIMEOUT, MAX_LLM_TOKENS, LLMSettings
+from engine.model import (
+    MAX_LLM_RETRIES,
+    MAX_LLM_TIMEOUT,
+    MAX_LLM_TOKENS,
+    MIN_LLM_CONTEXT,
+    LLMSettings,
+    StructuredOutput,
+)
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",
@@ -55,6 +66,10 @@ class LLMConfig(BaseModel):
     retries: int = DEFAULT_RETRIES
     # Whether a timed-out call is retried: not, by default, on loopback (see above).
     retry_timeouts: bool = True
+    # The one structured-output mode to use; None: each in turn as the endpoint refuses it.
+    structured_output: StructuredOutput | None = None
+    # The model's context in tokens: a request that would not fit is not sent.
+    context_window: int | None = None
 
 
 def resolve_llm_config(
@@ -64,12 +79,13 @@ def resolve_llm_config(
     base_url: str | None = None,
     timeout: float | None = None,
     max_tokens: int | None = None,
+    context_window: int | None = None,
     environ: Mapping[str, str] | None = None,
 ) -> LLMConfig:
     """The effective configuration: CLI flags, then environment, then recipe.
 
-    `timeout` and `max_tokens` are the flags' values (`--llm-timeout`, `--llm-max-tokens`,
-    read with `read_limit`).
+    `timeout`, `max_tokens` and `context_window` are the flags' values (`--llm-timeout`,
+    `--llm-max-tokens`, `--llm-context`, read with `read_limit`).
 
     Raises:
         ConfigurationError: no model is named, no API key for a remote endpoint, or a
@@ -104,6 +120,7 @@ def resolve_llm_config(
     chosen_timeout = setting(timeout, "PLANLOOM_LLM_TIMEOUT", "timeout")
     chosen_tokens = setting(max_tokens, "PLANLOOM_LLM_MAX_TOKENS", "max_tokens")
     retries = setting(None, "PLANLOOM_LLM_RETRIES", "retries")
+    window = setting(context_window, "PLANLOOM_LLM_CONTEXT", "context_window")
     if chosen_timeout is None:
         chosen_timeout = LOOPBACK_TIMEOUT if loopback else DEFAULT_TIMEOUT
     return LLMConfig(
@@ -115,6 +132,29 @@ def resolve_llm_config(
         max_tokens=int(chosen_tokens) if chosen_tokens is not None else DEFAULT_MAX_TOKENS,
         retries=int(retries) if retries is not None else DEFAULT_RETRIES,
         retry_timeouts=retries is not None or not loopback,
+        structured_output=_structured_output(env, recipe),
+        context_window=int(window) if window is not None else None,
+    )
+
+
+def _structured_output(
+    env: Mapping[str, str], recipe: LLMSettings | None
+) -> StructuredOutput | None:
+    """`PLANLOOM_LLM_STRUCTURED_OUTPUT`, else the recipe's `llm: structured_output`.
+
+    Raises:
+        ConfigurationError: the variable names no mode.
+    """
+    text = env.get("PLANLOOM_LLM_STRUCTURED_OUTPUT", "").strip()
+    if not text:
+        return recipe.structured_output if recipe is not None else None
+    modes: tuple[StructuredOutput, ...] = get_args(StructuredOutput)
+    for mode in modes:
+        if text == mode:
+            return mode
+    raise ConfigurationError(
+        f"PLANLOOM_LLM_STRUCTURED_OUTPUT: {neutralize(text)[:40]!r} is not a structured-output "
+        f"mode: use one of {', '.join(modes)}"
     )
 
 
@@ -124,11 +164,12 @@ _BOUNDS: dict[str, tuple[str, float, float, bool]] = {
     "timeout": ("a number of seconds", 0, MAX_LLM_TIMEOUT, False),
     "max_tokens": ("a whole number of tokens", 1, MAX_LLM_TOKENS, True),
     "retries": ("a whole number", 0, MAX_LLM_RETRIES, True),
+    "context_window": ("a whole number of tokens", MIN_LLM_CONTEXT, MAX_LLM_TOKENS, True),
 }
 
 
 def read_limit(text: str, field: str, where: str) -> float:
-    """The value of limit `field` (`timeout`, `max_tokens` or `retries`) written as `text`
+    """The value of limit `field` (`timeout`, `max_tokens`, `retries`, `context_window`) as `text`
     in `where` (a flag or a variable's name), checked against its bounds.
 
     Raises:
@@ -150,7 +191,7 @@ def read_limit(text: str, field: str, where: str) -> float:
     return value
 
 
-_EXAMPLE = {"timeout": "120", "max_tokens": "2048", "retries": "3"}
+_EXAMPLE = {"timeout": "120", "max_tokens": "2048", "retries": "3", "context_window": "8192"}
 
 
 def _is_loopback(url: str | None) -> bool:

@@ -217,6 +217,11 @@ MAX_LLM_TOKENS = 1_000_000
 """The largest `max_tokens` a request may carry."""
 MAX_LLM_RETRIES = 10
 """The most retries of one model call."""
+MIN_LLM_CONTEXT = 256
+"""The smallest context window a recipe may say a model has."""
+StructuredOutput = Literal["json_schema", "json_object_schema", "json_object", "none"]
+"""How JSON is asked for: OpenAI's `json_schema`; llama-cpp-python's own `{"type":
+"json_object", "schema": ...}`; plain JSON mode; nothing but the prompt."""
 
 
 class LLMSettings(_Model):
@@ -248,6 +253,21 @@ class LLMSettings(_Model):
         description="Retries of a call that failed on the way (429, 5xx, timeout; "
         "`PLANLOOM_LLM_RETRIES` overrides it); 3, and a timeout on loopback is not retried "
         "unless this is set.",
+    )
+    structured_output: StructuredOutput | None = Field(
+        None,
+        description="The one way to ask for JSON (`PLANLOOM_LLM_STRUCTURED_OUTPUT` overrides "
+        "it): json_schema (strict where the schema allows), json_object_schema "
+        '(llama-cpp-python\'s {"type": "json_object", "schema": ...}), json_object, or none '
+        "(the prompt alone). Unset, each is tried in that order as the endpoint refuses it.",
+    )
+    context_window: int | None = Field(
+        None,
+        ge=MIN_LLM_CONTEXT,
+        le=MAX_LLM_TOKENS,
+        description="The model's context, in tokens (`--llm-context`, `PLANLOOM_LLM_CONTEXT` "
+        "override it): a request that would not fit with max_tokens is not sent; the planner "
+        "then lists its tools compactly, or says what does not fit.",
     )
 
 

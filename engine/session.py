@@ -47,6 +47,8 @@ class SessionOptions:
             else the recipe's `llm: timeout`).
         llm_max_tokens: the longest model answer, in tokens (else
             `PLANLOOM_LLM_MAX_TOKENS`, else the recipe's `llm: max_tokens`).
+        llm_context: the model's context window, in tokens (else `PLANLOOM_LLM_CONTEXT`,
+            else the recipe's `llm: context_window`).
         preflight: the check of the endpoint before anything runs: `models` (`GET
             /models`) or `chat` (also a one-token chat request).
     """
@@ -56,6 +58,7 @@ class SessionOptions:
     base_url: str | None = None
     llm_timeout: float | None = None
     llm_max_tokens: int | None = None
+    llm_context: int | None = None
     preflight: Literal["models", "chat"] = "models"
 
 
@@ -197,6 +200,10 @@ class Session:
             offline = LLMConfig(model=self.options.model or recorded or "unrecorded")
             if self.options.llm_max_tokens is not None:  # as the cut-off message says it
                 offline.max_tokens = self.options.llm_max_tokens
+            # The prompts a replay makes are the ones recorded: for a context as recorded.
+            offline.context_window = self.options.llm_context or (
+                recipe_llm.context_window if recipe_llm else None
+            )
             return offline
         options = self.options
         return resolve_llm_config(
@@ -205,6 +212,7 @@ class Session:
             base_url=options.base_url,
             timeout=options.llm_timeout,
             max_tokens=options.llm_max_tokens,
+            context_window=options.llm_context,
         )
 
     def _inputs(self, given: Mapping[str, str]) -> dict[str, str]:

@@ -62,7 +62,6 @@ def plan_schema(registry: Registry, grants: dict[str, Any]) -> dict[str, Any]:
         "properties": {
             "goal": {"type": "string"},
             "steps": {"type": "array", "items": step, "minItems": 1},
-            "outputs": {"type": "object", "additionalProperties": {"type": "string"}},
         },
         "required": ["steps"],
         "additionalProperties": False,

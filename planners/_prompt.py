@@ -46,27 +46,31 @@ Its plan: {example}
 (an example only: a plan uses its own goal's paths and text)"""
 
 
-def system_prompt(registry: Registry, grants: dict[str, Any]) -> str:
-    """The planner's system prompt for `grants` in `registry` (bound to them)."""
+def system_prompt(registry: Registry, grants: dict[str, Any], *, compact: bool = False) -> str:
+    """The planner's system prompt for `grants` in `registry` (bound to them); `compact`:
+    each tool its name and params only, for a context window the whole prompt overflows."""
     entries = registry.catalogue(grants)
     facts = registry.grant_facts(grants)
     goal, steps = example(entries, grants)
     return SYSTEM.format(
-        tools="\n".join(tool_line(entry) for entry in entries) or "(none granted)",
+        tools="\n".join(tool_line(entry, compact=compact) for entry in entries) or "(none granted)",
         facts=("Granted:\n" + "\n".join(facts) + "\n") if facts else "",
         goal=goal,
         example=json.dumps({"steps": steps}),
     )
 
 
-def tool_line(entry: ToolEntry) -> str:
-    """`name(param, opt?: integer) -> field, field: description` (side effects said)."""
+def tool_line(entry: ToolEntry, *, compact: bool = False) -> str:
+    """`name(param, opt?: integer) -> field, field: description` (side effects said);
+    `compact`: `name(param, opt?: integer)`."""
     schema = entry.params
     required = set(schema.get("required") or [])
     params = [
         f"{name}{'' if name in required else '?'}{_type(prop)}"
         for name, prop in (schema.get("properties") or {}).items()
     ]
+    if compact:
+        return f"{entry.name}({', '.join(params)})"
     output = entry.output or {}
     fields = list((output.get("properties") or {}).keys())
     gives = f" -> {', '.join(fields)}" if fields else " -> text" if output else ""

@@ -22,7 +22,7 @@ from engine._model_schema import for_model
 from engine.capability import Registry
 from engine.diagnostics import Diagnostic
 from engine.errors import PlanValidationError, StepFailed
-from engine.llm import LLMClient, NoJSON
+from engine.llm import LLMClient, NoJSON, PromptTooLong
 from engine.planning import PlanOutcome
 from engine.validation import validate_plan
 from planners._goal_checks import plan_problems
@@ -95,16 +95,33 @@ class LLMPlanner:
         prompt = goal if context is None else f"{goal}\n\nContext:\n{context}"
         _, shown = example(registry.catalogue(grants), grants)
         roots = _roots(base_dir, grants)
-        opening: list[dict[str, Any]] = [
-            {"role": "system", "content": system_prompt(registry, grants)},
-            {"role": "user", "content": prompt},
-        ]
-        messages = opening
+        compact = False  # each tool its name and params only, when the whole does not fit
+
+        async def ask(repair: list[dict[str, Any]]) -> Any:
+            """The model's answer to the opening and `repair`; the tools listed compactly
+            from the first request that would not fit the context window on."""
+            nonlocal compact
+            while True:
+                system = system_prompt(registry, grants, compact=compact)
+                opening = [
+                    {"role": "system", "content": system},
+                    {"role": "user", "content": prompt},
+                ]
+                try:
+                    return await self.client.chat_json(opening + repair, schema, name="plan")
+                except PromptTooLong:
+                    if compact:
+                        raise
+                    compact = True
+
         problems: list[list[Diagnostic]] = []
+        # The goal, the last answer and its problems: not every round before (a small
+        # model's context fills, and it copies what it is shown).
+        repair: list[dict[str, Any]] = []
         for attempt in range(MAX_REPAIRS + 1):
             text: str | None = None
             try:
-                answer = await self.client.chat_json(messages, schema, name="plan")
+                answer = await ask(repair)
             except NoJSON as exc:  # an answer with no (usable) JSON is a problem to repair too
                 answer, diagnostics = None, [_no_json(file, exc.message, exc.rule)]
             else:
@@ -123,10 +140,7 @@ class LLMPlanner:
                     if not diagnostics:
                         return PlanOutcome(plan, text, repairs=attempt, problems=problems)
             problems.append(diagnostics)
-            # The goal, the last answer and its problems: not every round before (a small
-            # model's context fills, and it copies what it is shown).
-            messages = [
-                *opening,
+            repair = [
                 {"role": "assistant", "content": json.dumps(answer, default=repr)},
                 {"role": "user", "content": _repair_request(diagnostics, text, granted)},
             ]
@@ -190,6 +204,8 @@ def model_written(step: Any) -> Any:
     asks about a call in flight); those are for people writing recipes."""
     if not isinstance(step, dict):
         return step
+    # A field a strict schema made the model write as null is one it left out.
+    step = {key: value for key, value in step.items() if value is not None}
     if step.get("confirm") == "never":
         step = {**step, "confirm": "auto"}
     if "idempotent" in step:

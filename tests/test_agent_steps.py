@@ -560,7 +560,7 @@ def test_llm_complete_and_extract(tmp_path: Path) -> None:
     assert ask.messages[0] == {"role": "system", "content": "Be brief."}
     assert ask.response_format is None
     pull = by_prompt["Ada is 36."]
-    assert pull.wants_json_schema() == PERSON
+    assert pull.wants_json_schema() == {**PERSON, "additionalProperties": False}  # strict
     assert result.usage.llm_calls == 2
     assert result.usage.prompt_tokens == 31
     assert result.usage.completion_tokens == 11

@@ -38,6 +38,8 @@ T = TypeVar("T")
 
 USER = [{"role": "user", "content": "hello"}]
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+# As `json_schema` asks for it: strict (every object closed, every property required).
+STRICT = {**SCHEMA, "additionalProperties": False}
 
 
 class RecordingSleep:
@@ -362,7 +364,7 @@ def test_chat_json_uses_structured_output_when_supported() -> None:
     assert len(server.requests) == 1
     assert server.requests[0].response_format == {
         "type": "json_schema",
-        "json_schema": {"name": "count", "schema": SCHEMA},
+        "json_schema": {"name": "count", "schema": STRICT, "strict": True},
     }
 
 
@@ -401,7 +403,10 @@ def test_chat_json_steps_down_to_plain_json_mode_when_the_schema_is_refused_too(
     assert (value, mode) == ({"n": 4}, "json_object")
     formats = [request.response_format for request in server.requests]
     assert formats == [
-        {"type": "json_schema", "json_schema": {"name": "answer", "schema": SCHEMA}},
+        {
+            "type": "json_schema",
+            "json_schema": {"name": "answer", "schema": STRICT, "strict": True},
+        },
         {"type": "json_object", "schema": SCHEMA},
         {"type": "json_object"},
     ]

@@ -27,8 +27,8 @@ import pytest
 from _procs import env, planloom
 from _realmodel import LlamaServer, free_port, llama_server
 
-# One server for them all: on one xdist worker (`--dist loadgroup`), not one per worker.
-pytestmark = [pytest.mark.realmodel, pytest.mark.xdist_group("realmodel")]
+# One server for them all: the suite runs with `--dist loadfile`, this file on one worker.
+pytestmark = pytest.mark.realmodel
 
 __all__ = ["llama_server"]  # the session fixture, found by pytest under this name
 

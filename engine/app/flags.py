@@ -119,6 +119,12 @@ def model_flags(parser: argparse.ArgumentParser) -> None:
         "PLANLOOM_LLM_MAX_TOKENS, else the recipe's llm: max_tokens; 2048)",
     )
     parser.add_argument(
+        "--llm-context",
+        metavar="N",
+        help="the model's context window, in tokens (else PLANLOOM_LLM_CONTEXT, else the "
+        "recipe's llm: context_window): a request that would not fit is not sent",
+    )
+    parser.add_argument(
         "--preflight",
         choices=PREFLIGHTS,
         help="the check of the model endpoint before anything runs: models (the default: "

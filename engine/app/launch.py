@@ -70,6 +70,7 @@ class RunSettings:
     base_url: str | None = None
     llm_timeout: float | None = None
     llm_max_tokens: int | None = None
+    llm_context: int | None = None
     preflight: Literal["models", "chat"] = "models"
     record: str | None = None
     replay: str | None = None
@@ -99,6 +100,7 @@ class RunSettings:
         for name, flag, field in (
             ("llm_timeout", "--llm-timeout", "timeout"),
             ("llm_max_tokens", "--llm-max-tokens", "max_tokens"),
+            ("llm_context", "--llm-context", "context_window"),
         ):
             if given.get(name) is not None:
                 value = read_limit(given[name], field, flag)
@@ -215,6 +217,7 @@ def run_session(
             base_url=settings.base_url,
             llm_timeout=settings.llm_timeout,
             llm_max_tokens=settings.llm_max_tokens,
+            llm_context=settings.llm_context,
             preflight=settings.preflight,
         )
         session = Session(
