@@ -69,6 +69,14 @@ def first_answer_is_a_plan(exchanges: list[dict[str, Any]]) -> bool:
     )
 
 
+def _first_answer(exchanges: list[dict[str, Any]]) -> str:
+    for exchange in exchanges:
+        response = exchange.get("response") or {}
+        if response.get("content") is not None:
+            return f"{response['content']} (finish: {response.get('finish_reason')})"
+    return ""
+
+
 def run(server: LlamaServer, goal: Any, mode: str | None, folder: Path) -> dict[str, Any]:
     workspace(folder)
     if mode is not None:
@@ -99,6 +107,7 @@ def run(server: LlamaServer, goal: Any, mode: str | None, folder: Path) -> dict[
         "repairs": proc.stderr.count("was invalid:"),
         "fell_back": "falling back to one agent step" in proc.stderr,
         "first_is_plan": first_answer_is_a_plan(planner),
+        "first_answer": _first_answer(planner)[:400],
         "prompt_tokens": count_tokens(server, planner[0]["request"]["messages"])
         if planner
         else None,

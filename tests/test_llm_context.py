@@ -206,3 +206,30 @@ def test_a_plan_is_asked_for_strictly_and_its_nulls_are_fields_left_out(tmp_path
     assert strict["additionalProperties"] is False
     step = strict["properties"]["steps"]["items"]["anyOf"][0]
     assert set(step["required"]) == set(step["properties"])  # optional ones are nullable
+
+
+def test_an_agent_whose_conversation_would_not_fit_fails_unsent(tmp_path: Path) -> None:
+    """The window guards every model call, an agent's too: the step fails saying what does
+    not fit, and nothing reaches the endpoint (the run is stored: resume after a fix)."""
+    (tmp_path / "a.txt").write_text("hi", encoding="utf-8")
+    recipe = """\
+        version: 1
+        name: ctx
+        capabilities:
+          fs: {root: ., read: true}
+        steps:
+          - id: ask
+            agent: {goal: "What does a.txt say?", tools: [fs.read]}
+        """
+    (tmp_path / "r.yaml").write_text(textwrap.dedent(recipe), encoding="utf-8")
+    with FakeOpenAIServer(ScriptedModel.sequence("a.txt says hi")) as server:
+        proc = planloom(
+            "run", "r.yaml", "--base-url", server.base_url, "--model", "m",
+            "--llm-context", "300", "--llm-max-tokens", "100", "--json", cwd=tmp_path,
+        )  # fmt: skip
+        requests = list(server.requests)
+    assert proc.returncode == 1, proc.stderr
+    assert requests == []
+    step = json.loads(proc.stdout)["steps"]["ask"]
+    assert step["status"] == "failed"
+    assert "does not fit the model's context window of 300" in step["error"]
