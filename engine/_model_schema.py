@@ -65,6 +65,8 @@ _SMALL = frozenset({"minItems", "minLength"})
 nothing, and says what an empty value cannot."""
 _NAMES = frozenset({"properties", "$defs", "definitions", "dependentSchemas"})
 """Keywords whose value maps names (kept as they are) to schemas."""
+_VALUES = frozenset({"default", "const", "enum"})
+"""Keywords whose value is JSON data, kept as it is (never read as a schema)."""
 _NESTING = frozenset({"properties", "items", "additionalProperties", "prefixItems"})
 """Where a schema goes one level deeper into the value it describes."""
 _SHAPE = frozenset(
@@ -108,6 +110,8 @@ def _simplify(node: Any, defs: Mapping[str, Any], depth: int, seen: tuple[str, .
         deeper = depth + 1 if key in _NESTING else depth
         if key in _NAMES and isinstance(value, Mapping):
             out[key] = {name: _simplify(sub, defs, deeper, seen) for name, sub in value.items()}
+        elif key in _VALUES:  # data, not a schema: `default: {}` is an empty object
+            out[key] = value
         else:
             out[key] = _simplify(value, defs, deeper, seen)
     choices = out.get("anyOf")

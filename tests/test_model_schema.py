@@ -141,3 +141,24 @@ def test_choices_that_say_the_same_once_simplified_are_kept_once() -> None:
     assert for_model(templated) == {"type": "string", "description": "where"}
     kept = for_model({"anyOf": [{"type": "boolean"}, templated["anyOf"][1]]})
     assert kept == {"anyOf": [{"type": "boolean"}, {"type": "string", "description": "a template"}]}
+
+
+def test_a_default_const_or_enum_value_is_data_not_a_schema() -> None:
+    """`default: {}` is an empty object: read as a schema it became "any value" (http.request's
+    `headers` went out with `default: {"type": [...]}`)."""
+    raw = {
+        "type": "object",
+        "properties": {
+            "headers": {
+                "type": "object",
+                "additionalProperties": {"type": "string"},
+                "default": {},
+            },
+            "mode": {"const": {"title": "kept"}},
+            "pick": {"enum": [{"a": 1}, "b"]},
+        },
+    }
+    sent = for_model(raw)["properties"]
+    assert sent["headers"]["default"] == {}
+    assert sent["mode"] == {"const": {"title": "kept"}}
+    assert sent["pick"] == {"enum": [{"a": 1}, "b"]}
