@@ -541,10 +541,11 @@ class LLMClient:
                 `max_tokens` (`cut-off`), or nests too deep (`too-deep`).
             LLMError: the call failed.
         """
+        strict = strict_schema(schema)
         while True:
             mode = self.json_mode
             formats: dict[str, dict[str, Any]] = {
-                "json_schema": {"type": "json_schema", "json_schema": _named(name, schema)},
+                "json_schema": {"type": "json_schema", "json_schema": _named(name, schema, strict)},
                 "json_object_schema": {"type": "json_object", "schema": schema},
                 "json_object": {"type": "json_object"},
             }
@@ -569,15 +570,15 @@ class LLMClient:
                     rule="cut-off",
                 )
             answer = extract_json(result.content or "")
-            if mode == "json_schema" and strict_schema(schema) is not None:
+            if mode == "json_schema" and strict is not None:
                 return without_added_nulls(answer, schema)  # strict: optional were nullable
             return answer
 
 
-def _named(name: str, schema: dict[str, Any]) -> dict[str, Any]:
+def _named(name: str, schema: dict[str, Any], strict: dict[str, Any] | None) -> dict[str, Any]:
     """`json_schema`'s value: strict (OpenAI's guarantee that the answer fits) when the
-    schema can be said strictly, its optional fields then nullable (`strict_schema`)."""
-    strict = strict_schema(schema)
+    schema can be said strictly (`strict`: `strict_schema(schema)`), its optional fields
+    then nullable."""
     if strict is None:
         return {"name": name, "schema": schema}
     return {"name": name, "schema": strict, "strict": True}

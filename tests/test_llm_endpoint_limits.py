@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import Any
@@ -207,13 +208,20 @@ def repair_problems(request: ChatRequest) -> list[str]:
     return lines
 
 
+def plan_read(
+    server: FakeOpenAIServer, workspace: Path, *extra: str
+) -> subprocess.CompletedProcess[str]:
+    """`planloom plan "Read a.txt" --json` against `server`."""
+    return planloom(
+        "plan", "Read a.txt", "--capabilities", "caps.yaml", "--model", "m",
+        "--base-url", server.base_url, "--json", *extra, cwd=workspace,
+    )  # fmt: skip
+
+
 def test_a_truncated_plan_goes_to_repair_as_bad_json(workspace: Path) -> None:
     model = ScriptedModel.sequence(TRUNCATED, READ_PLAN)
     with FakeOpenAIServer(model) as server:
-        done = planloom(
-            "plan", "Read a.txt", "--capabilities", "caps.yaml", "--model", "m",
-            "--base-url", server.base_url, "--json", "--llm-max-tokens", "321", cwd=workspace,
-        )  # fmt: skip
+        done = plan_read(server, workspace, "--llm-max-tokens", "321")
         requests = list(server.requests)
     assert done.returncode == 0, done.stderr
     assert result_of(done)["steps"]["read_a"]["status"] == "succeeded"
@@ -587,10 +595,7 @@ def test_a_recorded_refusal_replays_offline_as_it_went_live(workspace: Path) -> 
 def test_a_plan_cut_at_max_tokens_goes_to_repair_as_cut_off(workspace: Path) -> None:
     cut = ChatReply('{"steps": [{"id": "read_a", "tool": "fs.read", "par', finish_reason="length")
     with FakeOpenAIServer(ScriptedModel.sequence(cut, READ_PLAN)) as server:
-        done = planloom(
-            "plan", "Read a.txt", "--capabilities", "caps.yaml", "--model", "m",
-            "--base-url", server.base_url, "--json", "--llm-max-tokens", "40", cwd=workspace,
-        )  # fmt: skip
+        done = plan_read(server, workspace, "--llm-max-tokens", "40")
         requests = list(server.requests)
     assert done.returncode == 0, done.stderr
     assert result_of(done)["steps"]["read_a"]["status"] == "succeeded"
