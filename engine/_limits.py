@@ -61,15 +61,17 @@ class TooDeep(ValueError):
         self.offset = offset
 
 
-def loads_json(text: str, *, limit: int = MAX_DEPTH) -> Any:
-    """`json.loads` that refuses nesting deeper than `limit` before parsing.
+def loads_json(text: str, *, limit: int = MAX_DEPTH, strict: bool = True) -> Any:
+    """`json.loads` that refuses nesting deeper than `limit` before parsing. With
+    `strict=False` a string may hold raw control characters (a newline, a tab), as
+    `json.loads(strict=False)` reads them.
 
     Raises:
         TooDeep: the text nests deeper than `limit`.
         ValueError: the text is not JSON (`json.JSONDecodeError`).
     """
     _check_json_depth(text, 0, limit, whole=True)
-    return json.loads(text)
+    return json.loads(text, strict=strict)
 
 
 def decode_json(text: str, index: int = 0, *, limit: int = MAX_DEPTH) -> tuple[Any, int]:

@@ -8,7 +8,9 @@ The sandbox checks every call's params against the full schema anyway, so a mode
 only the shape: names, types, enums, what is required, and the descriptions.
 
 `for_model` keeps that and drops the rest: titles, length and size bounds, numeric bounds,
-patterns and formats, examples; `$ref`s are inlined (to `MAX_DEPTH` levels: deeper is any
+formats, examples, and patterns but the plainest (`^[A-Za-z_][A-Za-z0-9_]*$`: anchored
+characters and classes, each at most once or repeated, which every grammar compiler
+reads and which keep a step's id a name); `$ref`s are inlined (to `MAX_DEPTH` levels: deeper is any
 value), `oneOf` is read as `anyOf`, and choices of an `anyOf` that say the same once
 simplified are kept once. A schema of any value names every JSON type, as llama.cpp's
 converter wants.
@@ -21,6 +23,7 @@ was made from again.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
@@ -60,6 +63,13 @@ _DROPPED = frozenset(
     }
 )
 """Keywords a model does not need (the sandbox checks them) and grammars choke on."""
+_PLAIN_PATTERN = re.compile(
+    r"\^(?:(?:\[\^?(?:[A-Za-z0-9_ .:/-]|\\[^A-Za-z0-9])+\]|[A-Za-z0-9_ :/-]|\\[^A-Za-z0-9])"
+    r"[*+?]?)+\$"
+)
+"""A `pattern` a grammar can take as it is: from `^` to `$`, literal characters and
+character classes (no groups, alternatives, counted repeats or backslash classes), each
+optionally followed by `*`, `+` or `?`."""
 _SMALL = frozenset({"minItems", "minLength"})
 """Kept when 1 (a plan has a step; an id is not empty): one repetition costs a grammar
 nothing, and says what an empty value cannot."""
@@ -101,10 +111,7 @@ def _simplify(node: Any, defs: Mapping[str, Any], depth: int, seen: tuple[str, .
         return _any(_described({}, node))
     out: dict[str, Any] = {}
     for key, value in node.items():
-        if (key in _DROPPED and not (key in _SMALL and value == 1)) or key in (
-            "$defs",
-            "definitions",
-        ):
+        if (key in _DROPPED and not _kept(key, value)) or key in ("$defs", "definitions"):
             continue
         key = "anyOf" if key == "oneOf" else key
         deeper = depth + 1 if key in _NESTING else depth
@@ -118,6 +125,14 @@ def _simplify(node: Any, defs: Mapping[str, Any], depth: int, seen: tuple[str, .
     if isinstance(choices, list):
         out = _one_of_each(out, choices)
     return _any(out)
+
+
+def _kept(key: str, value: Any) -> bool:
+    """Whether a keyword a model mostly does without is kept all the same: a bound of 1
+    (`minItems`, `minLength`), or a plain pattern."""
+    if key == "pattern":
+        return isinstance(value, str) and len(value) <= 64 and bool(_PLAIN_PATTERN.fullmatch(value))
+    return key in _SMALL and value == 1
 
 
 def _one_of_each(schema: dict[str, Any], choices: list[Any]) -> dict[str, Any]:
@@ -159,7 +174,7 @@ def _described(schema: Any, where: Mapping[str, Any]) -> Any:
 
 SCALAR = ["string", "number", "boolean", "null"]
 """What a value of any type is in a strict schema: an object cannot be written there."""
-_STRICT_KEPT = frozenset({"type", "properties", "items", "anyOf", "enum", "description"})
+_STRICT_KEPT = frozenset({"type", "properties", "items", "anyOf", "enum", "description", "pattern"})
 """The keywords a strict schema keeps (`const` becomes an `enum`; objects get `required`
 and `additionalProperties` anew); the rest, annotations and bounds such as `default` or
 `minLength` that strict mode refuses, are dropped."""

@@ -754,7 +754,10 @@ _ANSWERED = re.compile(r"the model endpoint answered (\d{3}):")
 
 def extract_json(text: str) -> Any:
     """The one JSON value `text` is: all of it but surrounding whitespace and at most one
-    enclosing Markdown code fence (```json ... ``` or ``` ... ```).
+    enclosing Markdown code fence (```json ... ``` or ``` ... ```). A raw newline or tab
+    inside a string is read as itself: JSON says to escape it, but grammars that servers
+    compile from a schema (llama.cpp's `char ::= [^"\\] | ...`) let a model write it raw,
+    and what it means is not in doubt.
 
     Raises:
         NoJSON: `text` is not exactly one complete JSON value (rule `bad-json`: cut short,
@@ -768,7 +771,7 @@ def extract_json(text: str) -> Any:
             + (" (an empty code fence)" if text.strip() else "")
         )
     try:
-        return loads_json(body)
+        return loads_json(body, strict=False)
     except TooDeep as exc:
         raise NoJSON(f"the model's answer is unusable: {exc.message}", rule=exc.rule) from None
     except json.JSONDecodeError as exc:

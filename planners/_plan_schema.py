@@ -22,11 +22,7 @@ __all__ = ["STEP_FIELDS", "plan_schema"]
 
 STEP_FIELDS = ("depends_on", "when", "can_fail", "retry", "timeout", "for_each")
 """The step fields a planned step may have besides its action, as the contract has them."""
-_ID = {
-    "type": "string",
-    "minLength": 1,
-    "description": "Unique; letters, digits and _ (e.g. read_notes).",
-}
+_ID_TEXT = "Unique; letters, digits and _ (e.g. read_notes)."
 
 
 def plan_schema(registry: Registry, grants: dict[str, Any]) -> dict[str, Any]:
@@ -35,12 +31,22 @@ def plan_schema(registry: Registry, grants: dict[str, Any]) -> dict[str, Any]:
     contract = plan_json_schema()
     defs: dict[str, Any] = dict(contract["$defs"])
     fields = {name: contract["$defs"]["Step"]["properties"][name] for name in STEP_FIELDS}
+    step_id = {  # the contract's pattern makes the grammar write a name
+        "type": "string",
+        "pattern": contract["$defs"]["Step"]["properties"]["id"]["pattern"],
+        "description": _ID_TEXT,
+    }
     shapes: list[dict[str, Any]] = []
     for entry in registry.catalogue(grants):
         params = params_schema(entry.name, registry.actions[entry.name])
         defs |= params.pop("$defs", {})
         shapes.append(
-            _step({"tool": {"const": entry.name}, "params": params}, ["tool", "params"], fields)
+            _step(
+                {"tool": {"const": entry.name}, "params": params},
+                ["tool", "params"],
+                step_id,
+                fields,
+            )
         )
     tools = registry.agent_tools(grants)
     if tools:
@@ -55,7 +61,7 @@ def plan_schema(registry: Registry, grants: dict[str, Any]) -> dict[str, Any]:
             "required": ["goal", "tools"],
             "additionalProperties": False,
         }
-        shapes.append(_step({"agent": agent}, ["agent"], fields))
+        shapes.append(_step({"agent": agent}, ["agent"], step_id, fields))
     step = {"anyOf": shapes} if shapes else {"type": "object"}
     schema = {
         "type": "object",
@@ -70,10 +76,12 @@ def plan_schema(registry: Registry, grants: dict[str, Any]) -> dict[str, Any]:
     return for_model(schema)
 
 
-def _step(action: dict[str, Any], required: list[str], fields: dict[str, Any]) -> dict[str, Any]:
+def _step(
+    action: dict[str, Any], required: list[str], step_id: dict[str, Any], fields: dict[str, Any]
+) -> dict[str, Any]:
     return {
         "type": "object",
-        "properties": {"id": _ID, **action, **fields},
+        "properties": {"id": step_id, **action, **fields},
         "required": ["id", *required],
         "additionalProperties": False,
     }

@@ -447,6 +447,8 @@ EXTRACT = [
     ('\n  ```JSON\n{"a": 3}\n```  \n', {"a": 3}),
     ('{"text": "a } inside a string"}', {"text": "a } inside a string"}),
     ('{"a": "ünïcode"}', {"a": "ünïcode"}),
+    # a raw newline or tab in a string (llama.cpp's grammars admit them) is that character
+    ('{"id": "a\nb", "c": "d\te"}', {"id": "a\nb", "c": "d\te"}),
 ]
 
 

@@ -67,7 +67,7 @@ def test_a_length_bound_that_explodes_a_grammar_is_not_sent() -> None:
         "type": "object",
         "properties": {
             "content": {"type": "string", "maxLength": 4096, "title": "Content"},
-            "pattern": {"type": "string", "pattern": "^[a-z]+$", "description": "a regex"},
+            "pattern": {"type": "string", "pattern": "^\\d{4}-[a-z]+$", "description": "a regex"},
         },
         "required": ["content"],
     }

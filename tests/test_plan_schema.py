@@ -83,6 +83,7 @@ def test_the_plan_schema_admits_a_plan_of_granted_tools_and_nothing_else() -> No
         {"id": "x", "tool": "fs.read", "params": {}},  # its required param
         {"id": "x", "tool": "fs.read", "params": {"path": "a"}, "name": "read"},  # no such key
         {"tool": "fs.read", "params": {"path": "a"}},  # no id
+        {"id": "./src.txt", "tool": "fs.read", "params": {"path": "a"}},  # not a name
     ):
         assert list(validator.iter_errors({"steps": [bad]})), bad
 
@@ -99,3 +100,21 @@ def test_an_agent_step_may_use_only_granted_tools() -> None:
 def test_with_nothing_granted_a_step_is_any_object() -> None:
     schema = plan_schema(default_registry(), {})
     assert schema["properties"]["steps"]["items"] == {"type": "object"}
+
+
+def test_a_step_id_is_a_name_in_the_grammar_too() -> None:
+    """The id's pattern is plain enough to be sent: the grammar llama.cpp makes of the plan
+    schema can write `read_1` as an id and cannot write `./src.txt` (an id SmolLM2-135M
+    wrote when the pattern was left out)."""
+    grammar = pytest.importorskip("llama_cpp.llama_grammar")
+    schema = _schema("word-count.yaml")
+    ids = {
+        json.dumps(choice["properties"]["id"], sort_keys=True)
+        for choice in schema["properties"]["steps"]["items"]["anyOf"]
+    }
+    assert len(ids) == 1
+    id_schema = json.loads(ids.pop())
+    assert id_schema["pattern"] == "^[A-Za-z_][A-Za-z0-9_]*$"
+    text = grammar.json_schema_to_gbnf(json.dumps(id_schema))
+    assert "[A-Za-z_]" in text
+    assert "[A-Za-z0-9_]" in text

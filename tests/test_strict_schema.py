@@ -22,7 +22,11 @@ from planners._plan_schema import plan_schema
 GRANTS = {"fs": {"root": ".", "read": True, "write": ["out/**"]}, "shell": {"allow": ["wc"]}}
 SCALAR = ["string", "number", "boolean", "null"]
 STRICT_KEYWORDS = {"type", "properties", "required", "additionalProperties", "items", "anyOf"}
-STRICT_KEYWORDS |= {"enum", "description"}
+STRICT_KEYWORDS |= {
+    "enum",
+    "description",
+    "pattern",
+}  # OpenAI's strict mode takes a string's pattern
 NULLS = {"depends_on": None, "when": None, "can_fail": None, "retry": None, "timeout": None}
 NULLS |= {"for_each": None}
 
