@@ -240,7 +240,7 @@ def run_engine(
 
 def run_journaled(plan: Plan, registry: Registry, bus: EventBus, path: Path) -> RunResult:
     """Run `plan` with a journal, wired as `engine.app.launch.open_journal` and
-    `engine._session_run.SessionRun._execute` wire it."""
+    `engine.session._run.SessionRun._execute` wire it."""
     store = open_store(path)
     try:
         run_id = uuid.uuid4().hex[:12]

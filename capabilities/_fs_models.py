@@ -6,8 +6,8 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine import _regex
-from engine._globs import compile_glob
+from engine import regex
+from engine.globs import compile_glob
 
 __all__ = [
     "PARAM_DOCS",
@@ -179,7 +179,7 @@ class SearchParams(_Params):
     @field_validator("pattern")
     @classmethod
     def _compiles(cls, value: str) -> str:
-        _regex.compile_pattern(value)  # ValueError says what is wrong
+        regex.compile_pattern(value)  # ValueError says what is wrong
         return value
 
     @field_validator("glob")

@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from capabilities._fs_access import grant_of, jail_for, read_capped, require_read
 from capabilities._fs_models import SearchMatch, SearchParams, SearchResult
 from capabilities._jail import Enter, Jail, WalkLimits, clean_relpath
-from engine import _regex
-from engine._globs import GlobReach, compile_glob, glob_reach
+from engine import regex
 from engine.capability import CallContext
 from engine.errors import StepFailed
+from engine.globs import GlobReach, compile_glob, glob_reach
 
 __all__ = ["TOOL_FOLDERS", "search_files"]
 
@@ -131,8 +131,8 @@ def _is_venv(fd: int) -> bool:
 
 def _glob_matches(glob: str, translated: str, rel: str, until: _Until) -> bool:
     try:
-        return _regex.fullmatch(translated, rel, deadline=until.deadline) is not None
-    except _regex.RegexTimeout as exc:
+        return regex.fullmatch(translated, rel, deadline=until.deadline) is not None
+    except regex.RegexTimeout as exc:
         raise StepFailed(
             f"fs.search: glob {glob!r} took longer than {exc.seconds:.2g} s to match {rel!r}; "
             "many '*' in one glob backtrack: use fewer"
@@ -143,8 +143,8 @@ def _search_line(pattern: str, line: str, until: _Until, rel: str) -> bool:
     if until.stopped.is_set():  # the caller is gone: nobody reads what this would find
         raise StepFailed("fs.search: cancelled")
     try:
-        return _regex.search(pattern, line, deadline=until.deadline) is not None
-    except _regex.RegexTimeout as exc:
+        return regex.search(pattern, line, deadline=until.deadline) is not None
+    except regex.RegexTimeout as exc:
         raise StepFailed(f"fs.search in {rel!r}: {exc}") from exc
 
 

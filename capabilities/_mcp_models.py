@@ -20,7 +20,7 @@ from pydantic import (
 )
 
 from capabilities._net import canonical_host, literal_address, parse_url
-from engine._secrets import declare_secret_env_names
+from engine.redaction import declare_secret_env_names
 
 __all__ = [
     "FAMILY",

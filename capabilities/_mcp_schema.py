@@ -2,7 +2,7 @@
 
 The schema is the server's, so it is not trusted to be cheap: `pattern`,
 `patternProperties` and the regexes `additionalProperties` consults run with planloom's
-bounded matcher (`engine._regex`: a time limit, the GIL released), not `re`, which a
+bounded matcher (`engine.regex`: a time limit, the GIL released), not `re`, which a
 pattern such as `^(a|a)*$` would hold for ever; a `$ref` that refers to itself endlessly is
 a schema error, not a crash.
 
@@ -24,8 +24,8 @@ from jsonschema.exceptions import ValidationError as SchemaViolation
 from pydantic import BaseModel, ConfigDict, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
-from engine._regex import RegexTimeout
-from engine._regex import search as bounded_search
+from engine.regex import RegexTimeout
+from engine.regex import search as bounded_search
 
 __all__ = ["SchemaParams", "params_model"]
 

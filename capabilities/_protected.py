@@ -29,8 +29,8 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from engine._globs import compile_glob
 from engine.errors import CapabilityDenied
+from engine.globs import compile_glob
 
 __all__ = [
     "MAX_DEPTH",
@@ -69,7 +69,7 @@ def _is_protected_name(name: str) -> bool:
 
 
 def matches_any(rel: str, globs: list[str]) -> bool:
-    """Whether any of `globs` (see `engine._globs`) matches the whole of `rel`."""
+    """Whether any of `globs` (see `engine.globs`) matches the whole of `rel`."""
     return any(compile_glob(glob).fullmatch(rel) for glob in globs)
 
 

@@ -12,9 +12,9 @@ import os
 
 from capabilities._shell_models import ShellGrant
 from capabilities._shell_paths import SAFE_PATH
-from engine._secrets import is_secret_env_name
 from engine.capability import CallContext
 from engine.errors import CapabilityDenied
+from engine.redaction import is_secret_env_name
 
 __all__ = ["child_env", "is_refused_env"]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from engine._globs import compile_glob
+from engine.globs import compile_glob
 
 __all__ = ["ACTION", "ShellGrant", "ShellParams", "ShellResult"]
 

@@ -42,11 +42,11 @@ from capabilities._mcp_models import (
     result_model,
 )
 from capabilities.shell import confinement_report
-from engine._sanitize import cap, neutralize
 from engine.agent import tool_name_for
 from engine.capability import Action, CallContext, Family, Registry
 from engine.discovery import Bound, Discovery, DiscoveryFailed, Listing
 from engine.errors import ConfigurationError, StepFailed
+from engine.sanitize import cap, neutralize
 
 if TYPE_CHECKING:
     from capabilities._mcp_schema import SchemaParams

@@ -13,7 +13,6 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from engine._agent_steps import AgentSteps
 from engine._compiled import CompiledAction, CompiledStep, retry_wait, retryable
 from engine._scope import enter_attempt, enter_scope
-from engine._secrets import Secrets
 from engine.errors import (
     ApprovalDenied,
     DryRun,
@@ -24,6 +23,7 @@ from engine.errors import (
 )
 from engine.events import EventBus
 from engine.model import Step
+from engine.redaction import Secrets
 from engine.results import BLOCKING, StepResult, StepStatus
 from engine.sandbox import Sandbox
 from engine.templating import Template

@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import re
 
-from engine._sanitize import cap, neutralize
+from engine.sanitize import cap, neutralize
 
 __all__ = ["QUOTE", "bad_json", "one_line", "quoted_at", "unfenced"]
 

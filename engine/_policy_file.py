@@ -6,10 +6,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from engine._globs import compile_glob
 from engine._policy_rules import Policy, PolicyRule
 from engine.diagnostics import Diagnostic, NodePath, SourceMap, did_you_mean, render_diagnostics
 from engine.errors import ConfigurationError, RecipeSyntaxError
+from engine.globs import compile_glob
 
 if TYPE_CHECKING:
     from engine.capability import Registry
@@ -35,7 +35,7 @@ def load_policy(path: str | Path, *, registry: Registry | None = None) -> Policy
         ConfigurationError: the file is unreadable or invalid; the message has one
             `FILE:LINE:COL: error[rule]: ...` line per problem, with the line and a hint.
     """
-    from engine._yaml import read_recipe
+    from engine.yaml import read_recipe
 
     try:
         data, source = read_recipe(path)
@@ -48,7 +48,7 @@ def parse_policy_text(
     text: str, file: str = "<policy>", *, registry: Registry | None = None
 ) -> Policy:
     """Like `load_policy`, for policy text already in memory."""
-    from engine._yaml import parse_recipe_text
+    from engine.yaml import parse_recipe_text
 
     try:
         data, source = parse_recipe_text(text, file)

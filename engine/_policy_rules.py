@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from engine._globs import compile_glob
+from engine.globs import compile_glob
 
 __all__ = ["ParamPattern", "Policy", "PolicyRule", "Scalar", "Verdict"]
 

@@ -16,7 +16,7 @@ from typing import Any
 
 from engine._report_assets import status_class
 from engine._report_read import INTERRUPTED, RunView, StepView, as_time
-from engine._sanitize import neutralize
+from engine.sanitize import neutralize
 
 __all__ = [
     "OUTPUT_CHARS",

@@ -16,7 +16,7 @@ parser's stack. `BoundedEnvironment` bounds them:
 - **Time.** A render runs under a deadline (`budget`). The deadline is checked at every
   step a template can repeat: each loop iteration, call, filter, operator, attribute
   access, and output. Each single operation between two checks is bounded by the size
-  limit, and user regexes get the time left (`engine._regex`).
+  limit, and user regexes get the time left (`engine.regex`).
 - **Depth.** `check_depth` refuses brackets nested deeper than `MAX_BRACKETS` before
   Jinja's recursive parser sees them, and parsed trees deeper than `MAX_TREE_DEPTH` before
   its recursive compiler does.

@@ -14,10 +14,10 @@ import re
 
 from jinja2.sandbox import MAX_RANGE
 
-from engine._yaml import read_recipe
 from engine.diagnostics import Diagnostic, NodePath, SourceMap, render_diagnostics
 from engine.errors import PlanValidationError
 from engine.model import Plan, Step
+from engine.yaml import read_recipe
 
 __all__ = ["recipe_warnings", "step_tool_calls", "tool_call_warnings"]
 

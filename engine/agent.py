@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from engine._model_schema import for_model
+from engine.model_schema import for_model
 
 __all__ = ["AgentRunner", "AgentTask", "CallTool", "ToolSpec", "TranscriptEntry", "tool_name_for"]
 
@@ -33,7 +33,7 @@ class ToolSpec:
 
     def for_model(self) -> dict[str, Any]:
         """The tool as a model is sent it: its params schema simplified for grammar
-        compilers (`engine._model_schema`; the sandbox checks calls against the whole)."""
+        compilers (`engine.model_schema`; the sandbox checks calls against the whole)."""
         return {
             "type": "function",
             "function": {

@@ -33,13 +33,13 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel
 
-from engine._limits import loads_json
 from engine._prompt import ENDED, Menu, NoAnswer, ask, read_line
-from engine._sanitize import neutralize, sanitize_for_llm
 from engine._scope import current_scope
 from engine.errors import ApprovalDenied, ReplayMismatch, StepFailed
+from engine.limits import loads_json
 from engine.questions import Question, parse_answer
 from engine.results import Decision
+from engine.sanitize import neutralize, sanitize_for_llm
 
 __all__ = [
     "REDO",

@@ -35,7 +35,6 @@ from ruamel.yaml import YAML
 from ruamel.yaml.scalarstring import LiteralScalarString
 
 from engine._problems import validation_problems
-from engine._yaml import decode_text
 from engine.diagnostics import render_diagnostics
 from engine.errors import (
     BudgetExceeded,
@@ -48,6 +47,7 @@ from engine.errors import (
 )
 from engine.llm import LLMError, NoJSON, ToolCallRequest
 from engine.model import Limits, LLMSettings
+from engine.yaml import decode_text
 
 __all__ = [
     "RECORDED",
@@ -344,7 +344,7 @@ def _block_safe(text: str) -> bool:
 def _read_yaml(text: str, file: str) -> Any:
     """A cassette's data, through the recipe reader and its caps: cassettes are user files,
     so an alias bomb or 10,000 nested brackets in one is a located error, not a crash."""
-    from engine._yaml import parse_recipe_text
+    from engine.yaml import parse_recipe_text
 
     try:
         data, source = parse_recipe_text(text, file)

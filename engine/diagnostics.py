@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field, PrivateAttr
 
-from engine._sanitize import neutralize
+from engine.sanitize import neutralize
 
 __all__ = ["Diagnostic", "NodePath", "SourceMap", "did_you_mean", "render_diagnostics"]
 

@@ -34,7 +34,7 @@ from pydantic import BaseModel
 from engine.errors import ConfigurationError
 
 if TYPE_CHECKING:
-    from engine.capability import Action
+    from engine.action import Action
 
 __all__ = [
     "Bound",

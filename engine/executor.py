@@ -27,7 +27,6 @@ from engine._graph import plan_edges, step_dependencies
 from engine._model_events import ModelCallEvents
 from engine._scheduler import Scheduler
 from engine._scope import enter_scope
-from engine._secrets import Secrets
 from engine.agent import AgentRunner
 from engine.approval import Approver, FailClosed, Gatekeeper
 from engine.backend import Backend
@@ -43,6 +42,7 @@ from engine.inputs import resolve_inputs
 from engine.llm import LLMClient
 from engine.model import Plan, Step
 from engine.questions import Question
+from engine.redaction import Secrets
 from engine.results import (
     BLOCKING,
     RunResult,

@@ -6,9 +6,9 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from engine._limits import TooDeep, loads_json
 from engine.diagnostics import did_you_mean
 from engine.errors import InputError
+from engine.limits import TooDeep, loads_json
 from engine.model import InputSpec, Plan
 
 __all__ = ["input_text", "parse_assignments", "resolve_inputs"]

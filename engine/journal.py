@@ -36,7 +36,6 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from engine._scope import PLANNER, current_scope, step_of
-from engine._secrets import Secrets
 from engine.approval import Approver, GateRequest
 from engine.cassette import (
     canonical_request,
@@ -48,6 +47,7 @@ from engine.errors import OutcomeUnknown, ReplayMismatch, StepError, StepFailed
 from engine.events import Event
 from engine.llm import Answers, ChatResult
 from engine.questions import Question
+from engine.redaction import Secrets
 from engine.results import KEPT, NO_USAGE, Decision, RunResult, StepResult, StepUsage
 from engine.sandbox import Results, ToolCall
 from engine.store import EntryKind, JSONText, RunStore

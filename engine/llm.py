@@ -34,13 +34,13 @@ from typing import TYPE_CHECKING, Any, Protocol, get_args
 from pydantic import BaseModel, ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from engine._limits import TooDeep, loads_json
 from engine._llm_text import bad_json, one_line, quoted_at, unfenced
-from engine._model_schema import strict_schema, without_added_nulls
-from engine._secrets import Secrets
 from engine.errors import ConfigurationError, PlanloomError, StepError, StepFailed, StepTimeout
+from engine.limits import TooDeep, loads_json
 from engine.llm_config import Budget, LLMConfig, resolve_llm_config
 from engine.model import StructuredOutput
+from engine.model_schema import strict_schema, without_added_nulls
+from engine.redaction import Secrets
 
 if TYPE_CHECKING:
     import openai

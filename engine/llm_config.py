@@ -26,7 +26,6 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, SecretStr
 
-from engine._sanitize import neutralize
 from engine.errors import BudgetExceeded, ConfigurationError
 from engine.model import (
     MAX_LLM_RETRIES,
@@ -36,6 +35,7 @@ from engine.model import (
     LLMSettings,
     StructuredOutput,
 )
+from engine.sanitize import neutralize
 
 __all__ = [
     "DEFAULT_MAX_TOKENS",

@@ -14,9 +14,9 @@ import networkx as nx
 
 from engine._graph import build_graph
 from engine._graph import step_dependencies as build_deps
-from engine._sanitize import neutralize
 from engine.capability import Registry
 from engine.model import Plan, Step
+from engine.sanitize import neutralize
 
 __all__ = ["GraphFormat", "graph_data", "plan_has_side_effects", "render_graph", "render_plan"]
 

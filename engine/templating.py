@@ -11,7 +11,7 @@ through the sandbox, with the same result. Besides Jinja's own, templates have t
 Templates are hostile input (a model writes them; a read-only plan runs without approval),
 so they run in `engine._template_limits.BoundedEnvironment`: every render has a deadline and
 every value a template builds a size limit, and too deep a template is a syntax error.
-Regex tests and filters go through `engine._regex`, bounded by the render's deadline.
+Regex tests and filters go through `engine.regex`, bounded by the render's deadline.
 """
 
 from __future__ import annotations
@@ -28,8 +28,7 @@ from jinja2 import nodes
 from jinja2.filters import make_attrgetter, sync_do_join
 from jinja2.nodes import EvalContext
 
-from engine import _regex
-from engine._limits import loads_json
+from engine import regex
 from engine._template_data import as_data
 from engine._template_limits import (
     BoundedEnvironment,
@@ -43,6 +42,7 @@ from engine._template_limits import (
     size_of,
 )
 from engine.errors import TemplateError
+from engine.limits import loads_json
 
 __all__ = [
     "Namespace",
@@ -68,11 +68,11 @@ Reference = tuple[str | int, ...]
 
 
 def _match(value: Any, pattern: str) -> bool:
-    return isinstance(value, str) and _user_regex(_regex.match, pattern, value) is not None
+    return isinstance(value, str) and _user_regex(regex.match, pattern, value) is not None
 
 
 def _search(value: Any, pattern: str) -> bool:
-    return isinstance(value, str) and _user_regex(_regex.search, pattern, value) is not None
+    return isinstance(value, str) and _user_regex(regex.search, pattern, value) is not None
 
 
 def _regex_replace(value: str, pattern: str, replacement: str = "") -> str:
@@ -85,19 +85,19 @@ def _regex_replace(value: str, pattern: str, replacement: str = "") -> str:
         check_size(len(value) + written, "regex_replace")
         return text
 
-    result: str = _user_regex(_regex.sub, pattern, expand, value)
+    result: str = _user_regex(regex.sub, pattern, expand, value)
     return result
 
 
 def _user_regex(run: Callable[..., Any], pattern: str, *args: Any) -> Any:
     try:
         return run(pattern, *args, deadline=deadline())
-    except _regex.RegexTimeout as exc:
+    except regex.RegexTimeout as exc:
         raise TemplateLimit(str(exc)) from exc
 
 
 def _fromjson(value: str) -> Any:
-    return loads_json(value)  # nesting past engine._limits.MAX_DEPTH: a clear TooDeep
+    return loads_json(value)  # nesting past engine.limits.MAX_DEPTH: a clear TooDeep
 
 
 def _basename(value: str) -> str:
@@ -289,7 +289,7 @@ def _parse(source: str) -> nodes.Template:
         literal = node.args[0] if node.args else None
         if (type(node), node.name) in _REGEX_TAKERS and isinstance(literal, nodes.Const):
             try:
-                _regex.compile_pattern(str(literal.value))
+                regex.compile_pattern(str(literal.value))
             except ValueError as exc:
                 raise jinja2.TemplateSyntaxError(f"{node.name}: {exc}", node.lineno) from exc
     return tree

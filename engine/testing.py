@@ -38,7 +38,6 @@ from engine._fakellm import (
     ScriptedModel,
     ToolCall,
 )
-from engine._secrets import Secrets
 from engine.approval import Approver, GateRequest
 from engine.cassette import RecordMode
 from engine.errors import ConfigurationError, ReplayMismatch, StepFailed, UsageError
@@ -46,6 +45,7 @@ from engine.events import EventBus
 from engine.executor import Executor, Sleep
 from engine.model import Plan
 from engine.questions import Question
+from engine.redaction import Secrets
 from engine.results import Decision, RunResult
 from engine.validation import validate_plan
 
@@ -244,8 +244,8 @@ def run_recipe_text(
     Raises:
         PlanValidationError: the recipe is invalid.
     """
-    from engine._yaml import parse_recipe_text
     from engine.llm import Budget, LLMClient, LLMConfig
+    from engine.yaml import parse_recipe_text
     from planners.react import ReactAgent
 
     data, source = parse_recipe_text(text, "<test>")

@@ -28,7 +28,6 @@ from engine._validation_templates import (
     check_step_shape,
     check_step_templates,
 )
-from engine._yaml import parse_recipe_text
 from engine.capability import Registry
 from engine.diagnostics import (
     Diagnostic,
@@ -39,6 +38,7 @@ from engine.diagnostics import (
 )
 from engine.errors import PlanValidationError
 from engine.model import FallbackAction, Plan, Step
+from engine.yaml import parse_recipe_text
 
 __all__ = ["STEP_FIELDS", "ensure_valid", "validate_plan"]
 

@@ -6,16 +6,16 @@ take, or a key no step has cannot be written at all. So the schema says what a p
 this grant: each step is one of the granted tools (`tool` a constant, its `params` that
 tool's params, a template accepted wherever something other than text is), or an agent over
 the granted tools, with the step fields of the contract (`depends_on`, `when`, `can_fail`,
-`retry`, `timeout`, `for_each`). Simplified for grammar compilers (`engine._model_schema`).
+`retry`, `timeout`, `for_each`). Simplified for grammar compilers (`engine.model_schema`).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from engine._model_schema import for_model
 from engine.capability import Registry
 from engine.model import plan_json_schema
+from engine.model_schema import for_model
 from engine.schema import params_schema
 
 __all__ = ["STEP_FIELDS", "plan_schema"]

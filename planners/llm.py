@@ -18,11 +18,11 @@ from typing import Any
 
 from ruamel.yaml import YAML
 
-from engine._model_schema import for_model
 from engine.capability import Registry
 from engine.diagnostics import Diagnostic
 from engine.errors import PlanValidationError, StepFailed
 from engine.llm import LLMClient, NoJSON, PromptTooLong
+from engine.model_schema import for_model
 from engine.planning import PlanOutcome
 from engine.validation import validate_plan
 from planners._goal_checks import plan_problems

@@ -16,9 +16,9 @@ from typing import Any
 
 import jsonschema
 
-from engine._limits import loads_json
 from engine.agent import AgentTask, ToolSpec, TranscriptEntry, tool_name_for
 from engine.errors import BudgetExceeded, ReplayMismatch, StepError, StepFailed
+from engine.limits import loads_json
 from engine.llm import ChatResult, LLMClient, extract_json
 
 __all__ = ["ReactAgent", "trim"]

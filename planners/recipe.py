@@ -1,15 +1,15 @@
-"""Load YAML recipes into a validated `Plan`: read with locations (`engine._yaml`), then
+"""Load YAML recipes into a validated `Plan`: read with locations (`engine.yaml`), then
 validated against the capability registry."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from engine._yaml import parse_recipe_text, read_recipe
 from engine.capability import Registry
 from engine.diagnostics import SourceMap
 from engine.model import Plan
 from engine.validation import validate_plan
+from engine.yaml import parse_recipe_text, read_recipe
 
 __all__ = ["load_recipe", "parse_recipe_text", "read_recipe"]
 

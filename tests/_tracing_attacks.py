@@ -32,9 +32,9 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from capabilities import default_registry
-from engine._secrets import Secrets
 from engine.approval import ApproveAll
 from engine.events import EventBus
+from engine.redaction import Secrets
 from engine.results import RunResult
 from engine.testing import Fault, ScriptedTools, run_recipe_text
 from engine.tracing import follow

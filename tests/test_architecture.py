@@ -2,8 +2,10 @@
 
 The core (`engine/`, less the composition root) imports neither `capabilities` nor
 `planners`; `capabilities` and `planners` import only the core and their own package, never
-the composition root. Every import statement counts, at module level or inside a function
-(a lazy import is still an arrow).
+the composition root. A private module (`engine.yaml._tree`) is imported only from inside
+the package it belongs to, and no modules import each other round a circle. Every import
+statement counts, at module level, inside a function or under `TYPE_CHECKING` (a lazy
+import is still an arrow).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+import networkx as nx
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -94,3 +97,93 @@ def test_the_checker_sees_lazy_imports(tmp_path: Path) -> None:
 def test_every_package_is_checked() -> None:
     for package in PACKAGES:
         assert len(_modules(package)) >= 3, package
+
+
+# -- private modules and circles -------------------------------------------------------------
+
+
+def _graph() -> tuple[nx.DiGraph, dict[str, str]]:
+    """Module -> module, for every import in the three packages (`from pkg import sub`
+    points at `pkg.sub` when that is a module, else at `pkg`); and each module's package."""
+    modules = {name: path for package in PACKAGES for name, path in _modules(package)}
+    graph = nx.DiGraph()
+    packages: dict[str, str] = {}
+    for name, path in modules.items():
+        graph.add_node(name)
+        packages[name] = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for target in _targets(path, modules):
+            if target != name:
+                graph.add_edge(name, target)
+    return graph, packages
+
+
+def _targets(path: Path, modules: dict[str, Path]) -> set[str]:
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(_nearest(alias.name, modules) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                whole = f"{node.module}.{alias.name}"
+                found.add(whole if whole in modules else _nearest(node.module, modules))
+    found.discard("")
+    return found
+
+
+def _nearest(name: str, modules: dict[str, Path]) -> str:
+    """The module `name` is, or the package it is inside of ("" when outside ours)."""
+    while name and name not in modules:
+        name = name.rpartition(".")[0]
+    return name
+
+
+def private_imports(graph: nx.DiGraph, packages: dict[str, str]) -> list[str]:
+    """Imports of a `_private` module from outside the package that holds it."""
+    bad = []
+    for source, target in graph.edges:
+        parts = target.split(".")
+        for i, part in enumerate(parts):
+            if part.startswith("_") and not part.startswith("__"):
+                owner = ".".join(parts[:i])
+                if not _in(packages[source], owner):
+                    bad.append(f"{source} imports {target}, private to {owner}")
+                break
+    return sorted(bad)
+
+
+def test_no_module_imports_another_packages_private_module() -> None:
+    assert private_imports(*_graph()) == []
+
+
+def test_no_modules_import_each_other_round_a_circle() -> None:
+    graph, _ = _graph()
+    circles = [sorted(group) for group in nx.strongly_connected_components(graph) if len(group) > 1]
+    assert circles == []
+
+
+def test_the_graph_sees_private_imports_and_circles(tmp_path: Path) -> None:
+    # The checks are only as good as the graph: a circle through a lazy import and a
+    # private module imported from a sibling package are both found.
+    graph = nx.DiGraph([("engine.a", "engine.b"), ("engine.b", "engine.a")])
+    graph.add_edge("capabilities.fs", "engine._regex")
+    graph.add_edge("engine.templating", "engine._regex")
+    graph.add_edge("engine.app.main", "engine._regex")  # inside the package `engine`: fine
+    graph.add_edge("engine.validation", "engine.templating._budget")
+    packages = {name: name.rpartition(".")[0] for name in graph.nodes}
+    assert private_imports(graph, packages) == [
+        "capabilities.fs imports engine._regex, private to engine",
+        "engine.validation imports engine.templating._budget, private to engine.templating",
+    ]
+    assert [sorted(g) for g in nx.strongly_connected_components(graph) if len(g) > 1] == [
+        ["engine.a", "engine.b"]
+    ]
+    sample = tmp_path / "sample.py"
+    sample.write_text(
+        "from typing import TYPE_CHECKING\n"
+        "if TYPE_CHECKING:\n"
+        "    from engine.session import Session\n"
+        "def f():\n"
+        "    from engine import yaml\n"
+    )
+    modules = {"engine.session": sample, "engine.yaml": sample, "engine": sample}
+    assert _targets(sample, modules) == {"engine.session", "engine.yaml"}

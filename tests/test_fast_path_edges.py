@@ -20,8 +20,6 @@ from _procs import env, planloom
 from pydantic import SecretStr
 
 from capabilities import default_registry
-from engine import _yaml_tree
-from engine._yaml import parse_recipe_text
 from engine.approval import ApproveAll
 from engine.diagnostics import SourceMap
 from engine.errors import RecipeSyntaxError
@@ -40,6 +38,8 @@ from engine.testing import (
     run_recipe_text,
 )
 from engine.validation import validate_plan
+from engine.yaml import _tree as yaml_tree
+from engine.yaml import parse_recipe_text
 from planners.react import ReactAgent
 
 # -- helpers -----------------------------------------------------------------------------
@@ -55,9 +55,9 @@ def _loaded(text: str) -> tuple[str, Any, list[str], set[Any]]:
 
 
 def _reference(text: str) -> tuple[str, Any, list[str], set[Any]]:
-    """What the node-tree reference (engine._yaml_tree, which finds positions) makes of it."""
+    """What the node-tree reference (engine.yaml._tree, which finds positions) makes of it."""
     try:
-        data, _, problems, broken = _yaml_tree.load(SourceMap("t.yaml", text=text))
+        data, _, problems, broken = yaml_tree.load(SourceMap("t.yaml", text=text))
     except Exception as exc:  # any refusal: the one-pass loader must refuse too
         return ("refused", None, [type(exc).__name__], set())
     return ("loaded", repr(data), sorted({d.headline() for d in problems}), broken)

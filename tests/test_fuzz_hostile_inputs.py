@@ -38,7 +38,7 @@ from planners.llm import LLMPlanner
 from planners.recipe import parse_recipe_text
 
 REGISTRY = default_registry()
-MAX_DEPTH = 100  # the caps the errors name (engine._limits)
+MAX_DEPTH = 100  # the caps the errors name (engine.limits)
 MAX_ALIAS_NODES = 100_000
 CASE_SECONDS = 5.0  # per case, on a loaded 2-core machine; a hang fails the case
 MIN_CASES = 1_000

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from _procs import planloom
 
-from engine._secrets import REDACTED, redact_text_structures
+from engine.redaction import REDACTED, redact_text_structures
 
 
 @pytest.mark.parametrize(

@@ -28,7 +28,7 @@ from _procs import PLANLOOM, env, planloom
 
 from engine.testing import ChatReply, FakeOpenAIServer, ScriptedModel
 
-MAX_DEPTH = 100  # the caps the errors name (engine._limits)
+MAX_DEPTH = 100  # the caps the errors name (engine.limits)
 MAX_ALIAS_NODES = 100_000
 MEMORY_CAP = 1 << 30  # RLIMIT_AS of the child: an alias bomb used to take 17.6 GB
 TIME_CAP = 60.0  # seconds; the bomb used to run for more than 120 s

@@ -563,7 +563,7 @@ outputs:
 """
 
 # The run of `QUESTIONS` as `planloom run` would make it (engine/app/launch.py
-# `open_journal`, engine/_session_run.py `_execute`), with a person who answers the first
+# `open_journal`, engine/session/_run.py `_execute`), with a person who answers the first
 # question "blue" and dies (SIGKILL) when asked the second.
 CRASHING_RUN = """\
 import asyncio, os, signal, sys, time, uuid

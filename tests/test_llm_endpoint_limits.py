@@ -478,7 +478,7 @@ def test_a_traceback_in_an_error_body_is_shown_as_its_last_line(tmp_path: Path) 
     assert done.returncode == 1, done.stderr
     assert sent == 1  # PLANLOOM_LLM_RETRIES=0
     error = result_of(done)["steps"]["ask"]["error"]
-    # on one line, its escapes made visible as everywhere else (engine._sanitize)
+    # on one line, its escapes made visible as everywhere else (engine.sanitize)
     assert error.endswith(
         "answered 500: RuntimeError: ⟨ESC⟩[31mthe model ran out of memory⟨ESC⟩[0m"
     ), error

@@ -35,7 +35,6 @@ import capabilities._mcp_http as mcp_http
 from capabilities import shell
 from capabilities._mcp_models import McpGrant
 from capabilities._mcp_servers import Servers, list_tools
-from engine._yaml import parse_recipe_text
 from engine.agent import tool_name_for
 from engine.app.commands import tools as tools_command
 from engine.app.registry import build_registry
@@ -53,6 +52,7 @@ from engine.testing import (
     run_recipe_text,
 )
 from engine.validation import validate_plan
+from engine.yaml import parse_recipe_text
 
 DATA = Path(__file__).parent / "data" / "mcp_attacks"
 RAW_SERVER = DATA / "raw_server.py"

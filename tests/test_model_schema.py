@@ -1,5 +1,5 @@
 """Every schema planloom sends a model as a tool's parameters compiles into a grammar:
-simplified for grammar compilers (`engine._model_schema`), checked with llama.cpp's own
+simplified for grammar compilers (`engine.model_schema`), checked with llama.cpp's own
 JSON-schema-to-grammar converter (from llama-cpp-python) and its GBNF parser."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ from typing import Any
 import pytest
 
 from capabilities import default_registry
-from engine._model_schema import ANY, MAX_DEPTH, for_model
 from engine.agent import ToolSpec
+from engine.model_schema import ANY, MAX_DEPTH, for_model
 from planners.llm import LLMPlanner
 
 GRAMMAR_CHARS = 4_000

@@ -19,11 +19,11 @@ from pydantic import BaseModel, ConfigDict, SecretStr
 
 from capabilities import Action, CallContext, Family, Registry, default_registry
 from engine._graph import build_graph
-from engine._model_schema import for_model
 from engine.approval import ApproveAll
 from engine.errors import BudgetExceeded, ConfigurationError, StepTimeout
 from engine.executor import Executor
 from engine.llm import Budget, LLMClient, LLMConfig
+from engine.model_schema import for_model
 from engine.results import RunResult
 from engine.testing import (
     ChatReply,

@@ -3,7 +3,7 @@
 `^(a|a)+$` against 37 `a` and a `!` backtracks 2^37 times, with Python's `re` and with the
 `regex` module alike. Before, `fs.search` with it ignored the step timeout, `max_duration`
 and SIGINT (`re` holds the GIL), and so did the `match`/`search` template tests, which a
-read-only plan runs without approval. Every user regex now runs through `engine._regex`,
+read-only plan runs without approval. Every user regex now runs through `engine.regex`,
 bounded in time; worker threads can no longer hold up an interrupted run.
 
 Each CLI run here has a 20 s subprocess timeout: on a build without the fix it hangs, and
@@ -54,36 +54,36 @@ def _step(proc: subprocess.CompletedProcess[str], step_id: str) -> dict[str, Any
 
 
 def test_catastrophic_pattern_raises_regex_timeout_within_its_deadline() -> None:
-    from engine import _regex  # here, not at the top: the other tests run on old builds too
+    from engine import regex  # here, not at the top: the other tests run on old builds too
 
     start = time.monotonic()
 
-    with pytest.raises(_regex.RegexTimeout, match=r"\(a\|a\)\+"):
-        _regex.search(EVIL, VICTIM, deadline=time.monotonic() + 0.2)
+    with pytest.raises(regex.RegexTimeout, match=r"\(a\|a\)\+"):
+        regex.search(EVIL, VICTIM, deadline=time.monotonic() + 0.2)
 
     # the regex module's timeout counts CPU time: allow for a busy machine
     assert time.monotonic() - start < 5
 
 
 def test_patterns_keep_re_semantics() -> None:
-    from engine import _regex
+    from engine import regex
 
     # VERSION1 of the regex module reads `[[a]--[b]]` as set difference; `re` does not.
-    assert _regex.search(r"(?P<w>\w+)@(\d+)", "id: bob@42") is not None
-    assert _regex.sub(r"(\w+)-(\w+)", r"\2-\1", "ab-cd") == "cd-ab"
-    assert _regex.match("[a-]", "-") is not None
+    assert regex.search(r"(?P<w>\w+)@(\d+)", "id: bob@42") is not None
+    assert regex.sub(r"(\w+)-(\w+)", r"\2-\1", "ab-cd") == "cd-ab"
+    assert regex.match("[a-]", "-") is not None
     with pytest.raises(ValueError, match="invalid regular expression"):
-        _regex.compile_pattern("(unclosed")
+        regex.compile_pattern("(unclosed")
 
 
 @pytest.mark.parametrize("pattern", ["x{4294967294}", "((a{1000}){1000}){1000}"])
 def test_patterns_that_would_compile_to_gigabytes_are_refused_up_front(pattern: str) -> None:
     # `re` keeps a repeat counter; the regex module unrolls `{n}` (~270 bytes a copy)
-    from engine import _regex
+    from engine import regex
 
     with pytest.raises(ValueError, match="fixed repeat counts"):
-        _regex.compile_pattern(pattern)
-    assert _regex.compile_pattern(r"[0-9a-f]{8}-[0-9a-f]{4}-\d{4}-\w{12}") is not None
+        regex.compile_pattern(pattern)
+    assert regex.compile_pattern(r"[0-9a-f]{8}-[0-9a-f]{4}-\d{4}-\w{12}") is not None
 
 
 # -- through the CLI --------------------------------------------------------------------

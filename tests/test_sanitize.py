@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine._sanitize import (
+from engine.sanitize import (
     DEFAULT_MARKER,
     cap,
     neutralize,

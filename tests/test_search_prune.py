@@ -250,7 +250,7 @@ NAMES = st.sampled_from(["a", "b", ".v", "ab", "ba", "c"])
 
 @given(st.lists(SEGMENTS, min_size=1, max_size=5), st.lists(NAMES, min_size=2, max_size=6))
 def test_a_folder_holding_a_match_is_always_entered(segments: list[str], parts: list[str]) -> None:
-    from engine._globs import compile_glob, glob_reach
+    from engine.globs import compile_glob, glob_reach
 
     glob, path = "/".join(segments), "/".join(parts)
     if compile_glob(glob).fullmatch(path) is None:
@@ -261,7 +261,7 @@ def test_a_folder_holding_a_match_is_always_entered(segments: list[str], parts: 
 
 
 def test_a_glob_reaches_no_further_than_it_can_match() -> None:
-    from engine._globs import glob_reach
+    from engine.globs import glob_reach
 
     assert not glob_reach("*/*.py").enters("engine/app")
     assert not glob_reach("*.py").enters("engine")

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine._secrets import (
+from engine.redaction import (
     REDACTED,
     Secrets,
     is_secret_env_name,

@@ -16,7 +16,7 @@ import pytest
 from _procs import run_json
 
 from capabilities._shell_env import is_refused_env as _is_refused_env
-from engine._secrets import is_secret_env_name
+from engine.redaction import is_secret_env_name
 
 
 def _recipe(folder: Path, env: dict[str, str], argv: list[str], allow: str) -> Path:

@@ -1,4 +1,4 @@
-"""The strict version of a schema planloom sends a model (`engine._model_schema`), for
+"""The strict version of a schema planloom sends a model (`engine.model_schema`), for
 OpenAI's `strict` structured outputs: every object closed and every property required, an
 optional one nullable; and an answer to it made back into an answer to the schema it came
 from (`without_added_nulls`). Checked with jsonschema, and with llama.cpp's converter and
@@ -15,8 +15,8 @@ import jsonschema
 import pytest
 
 from capabilities import default_registry
-from engine._model_schema import ANY, for_model, strict_schema, without_added_nulls
 from engine.agent import ToolSpec
+from engine.model_schema import ANY, for_model, strict_schema, without_added_nulls
 from planners._plan_schema import plan_schema
 
 GRANTS = {"fs": {"root": ".", "read": True, "write": ["out/**"]}, "shell": {"allow": ["wc"]}}

@@ -15,9 +15,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import SpanKind, StatusCode
 
 from capabilities import default_registry
-from engine._secrets import Secrets
 from engine.approval import ApproveAll
 from engine.events import EventBus
+from engine.redaction import Secrets
 from engine.results import RunResult
 from engine.testing import (
     ChatReply,

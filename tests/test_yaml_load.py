@@ -1,7 +1,7 @@
 """The one-pass YAML loader against the node-tree reference it replaced.
 
-`engine._yaml` builds data straight from the parser's events and keeps no positions;
-`engine._yaml_tree` composes a node tree and walks it, the slow way, and is what finds
+`engine.yaml` builds data straight from the parser's events and keeps no positions;
+`engine.yaml._tree` composes a node tree and walks it, the slow way, and is what finds
 positions when something is to be reported. Both must agree on every document: the same
 data, the same problems, the same values left out, the same refusals.
 """
@@ -16,10 +16,10 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from engine import _yaml_tree
-from engine._yaml import parse_recipe_text
 from engine.diagnostics import SourceMap
 from engine.errors import RecipeSyntaxError
+from engine.yaml import _tree as yaml_tree
+from engine.yaml import parse_recipe_text
 
 SCALARS = [
     "a",
@@ -106,7 +106,7 @@ def reference(text: str) -> tuple[str, Any, list[str], set[Any]]:
         if not text.strip() or text.lstrip().startswith("#"):
             probe = parse_recipe_text(text, "t.yaml")  # the empty document: both refuse
             del probe
-        data, _, problems, broken = _yaml_tree.load(source)
+        data, _, problems, broken = yaml_tree.load(source)
     except RecipeSyntaxError as exc:
         return ("refused", None, sorted(d.rule for d in exc.diagnostics), set())
     except Exception:  # any refusal; `outcome` says which rule
@@ -178,13 +178,13 @@ def test_validating_a_valid_recipe_never_composes_a_node_tree(tmp_path: Path) ->
         "from capabilities import default_registry\n"
         "from planners.recipe import load_recipe\n"
         f"load_recipe({str(RECIPES / 'word-count.yaml')!r}, default_registry())\n"
-        "print('engine._yaml_tree' in sys.modules)\n"
+        "print('engine.yaml._tree' in sys.modules)\n"
         "from engine.errors import PlanValidationError\n"
         "try:\n"
         f"    load_recipe({str(bad)!r}, default_registry())\n"
         "except PlanValidationError as exc:\n"
         "    print(exc.diagnostics[0].line)\n"
-        "print('engine._yaml_tree' in sys.modules)\n"
+        "print('engine.yaml._tree' in sys.modules)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
@@ -216,13 +216,13 @@ def test_searching_for_some_paths_finds_where_the_tree_puts_them(text: str) -> N
     """A large document is searched for the paths asked for only: each position found
     is the one the whole tree gives (or the search says it cannot, past an alias)."""
     source = SourceMap("t.yaml", text=text)
-    full = _yaml_tree.locate(source)
+    full = yaml_tree.locate(source)
     assert full is not None
     values, keys = full
     for table, index in ((values, 0), (keys, 1)):
         for path, position in list(table.items())[:12]:
             wanted = frozenset(path[:end] for end in range(len(path) + 1))
-            found = _yaml_tree.locate(source, wanted)
+            found = yaml_tree.locate(source, wanted)
             if found is not None:
                 assert found[index].get(path) == position, (text, path)
                 assert set(found[index]) <= set(table)

@@ -13,11 +13,11 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from engine._sanitize import neutralize
 from engine.cassette import RECORDED
 from engine.events import Event
 from engine.results import STATUS_STYLE as _STYLE
 from engine.results import RunResult, StepResult
+from engine.sanitize import neutralize
 
 __all__ = ["LiveProgress", "console_on", "print_summary", "uses_colour"]
 

@@ -15,7 +15,6 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine._sanitize import neutralize
 from engine._sqlite_store import open_store, process_start
 from engine.app.logs import open_log
 from engine.app.outcome import print_result
@@ -33,6 +32,7 @@ from engine.model import Plan
 from engine.policy import load_policy
 from engine.recording import Tape
 from engine.results import StepResult
+from engine.sanitize import neutralize
 from engine.session import Session, SessionOptions, SessionResult
 from engine.store import RunRecord, default_store_path
 from planners.llm import LLMPlanner

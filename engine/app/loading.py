@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import sys
 
-from engine._yaml import read_recipe
 from engine.app.output import EXIT_INVALID, invalid, print_json
 from engine.capability import Registry
 from engine.diagnostics import render_diagnostics
 from engine.errors import PlanValidationError
 from engine.model import Plan
+from engine.yaml import read_recipe
 from planners.recipe import load_recipe
 
 __all__ = ["load"]

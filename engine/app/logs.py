@@ -8,10 +8,10 @@ from typing import Any, TextIO
 
 import structlog
 
-from engine._sanitize import neutralize
 from engine.app.console import uses_colour
 from engine.errors import ConfigurationError
 from engine.events import EventBus, structlog_subscriber
+from engine.sanitize import neutralize
 
 __all__ = ["open_log", "subscribe_logs"]
 

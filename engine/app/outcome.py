@@ -6,11 +6,11 @@ from __future__ import annotations
 import json
 import sys
 
-from engine._sanitize import neutralize
-from engine._secrets import Secrets
 from engine.app.console import print_summary
 from engine.app.output import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_REJECTED, print_json
+from engine.redaction import Secrets
 from engine.results import ReplayReport, RunResult
+from engine.sanitize import neutralize
 
 __all__ = ["print_result"]
 

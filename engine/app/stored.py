@@ -11,9 +11,9 @@ from pydantic import ValidationError
 
 from engine._journal_resume import Resumed, plan_steps, resumed_from
 from engine._scope import step_of
-from engine._secrets import Secrets
 from engine._sqlite_store import SqliteStore, is_alive, open_store
 from engine.app.launch import store_path
+from engine.redaction import Secrets
 from engine.results import RunResult, StepResult
 from engine.store import INTERRUPTED, Entry, RunRecord
 

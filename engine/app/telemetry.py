@@ -21,9 +21,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from engine._secrets import Secrets
-from engine._secrets_http import redact_url
 from engine.errors import ConfigurationError
+from engine.redaction import Secrets, redact_url
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.trace import TracerProvider

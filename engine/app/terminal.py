@@ -16,8 +16,6 @@ from pathlib import Path
 from typing import TextIO
 
 from engine._prompt import Menu, NoAnswer, ask, read_line
-from engine._sanitize import neutralize
-from engine._yaml import parse_recipe_text
 from engine.app.console import LiveProgress, console_on
 from engine.app.logs import subscribe_logs
 from engine.approval import (
@@ -36,7 +34,9 @@ from engine.model import Plan
 from engine.planning import PlanOutcome
 from engine.policy import Policy, PolicyApprover
 from engine.render import render_plan
+from engine.sanitize import neutralize
 from engine.session import Attached, plan_from_text
+from engine.yaml import parse_recipe_text
 
 __all__ = ["TerminalFrontend"]
 

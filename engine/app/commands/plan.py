@@ -10,13 +10,13 @@ from typing import Any
 from pydantic import ValidationError
 
 from engine._problems import validation_problems
-from engine._yaml import read_recipe
 from engine.app.launch import RunSettings, launch
 from engine.app.output import EXIT_INVALID, invalid, print_json
 from engine.capability import Registry
 from engine.diagnostics import render_diagnostics
 from engine.errors import ConfigurationError, PlanValidationError
 from engine.model import Limits, LLMSettings
+from engine.yaml import read_recipe
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

@@ -17,11 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from engine._journal_resume import Resumed, changed_steps, kept_steps, steps_in_doubt
-from engine._sanitize import neutralize
-from engine._secrets import Secrets
-from engine._secrets_text import REDACTED
 from engine._sqlite_store import SqliteStore, process_start
-from engine._yaml import parse_recipe_text
 from engine.app.launch import Resume, RunSettings, launch
 from engine.app.loading import load
 from engine.app.output import EXIT_INVALID
@@ -32,8 +28,11 @@ from engine.errors import PlanValidationError
 from engine.inputs import input_text
 from engine.journal import Journal
 from engine.model import Plan
+from engine.redaction import REDACTED, Secrets
+from engine.sanitize import neutralize
 from engine.store import RunRecord
 from engine.validation import validate_plan
+from engine.yaml import parse_recipe_text
 from planners.llm import model_written, plan_to_yaml
 
 

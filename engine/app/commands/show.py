@@ -5,11 +5,11 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine._sanitize import neutralize
 from engine.app.console import print_summary
 from engine.app.output import EXIT_INVALID, EXIT_OK, print_json
 from engine.app.stored import INTERRUPTED, read_run, result_of
 from engine.capability import Registry
+from engine.sanitize import neutralize
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

@@ -7,11 +7,11 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from engine._sanitize import neutralize
-from engine._secrets import Secrets
 from engine.app.loading import load
 from engine.app.output import EXIT_OK, print_json
 from engine.capability import Registry
+from engine.redaction import Secrets
+from engine.sanitize import neutralize
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

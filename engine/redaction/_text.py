@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from engine._secrets_encodings import trie_pattern
+from engine.redaction._encodings import trie_pattern
 
 __all__ = ["REDACTED", "redact_text_structures"]
 

@@ -35,16 +35,16 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 from urllib.parse import urlsplit
 
-from engine._secrets_encodings import encodings, trie_pattern
-from engine._secrets_http import (
+from engine.redaction._encodings import encodings, trie_pattern
+from engine.redaction._http import (
     SENSITIVE_WORDS,
     is_sensitive_field,
     redact_field,
     redact_headers,
     redact_url,
 )
-from engine._secrets_names import declare_secret_env_names, is_secret_env_name
-from engine._secrets_text import REDACTED, TRIGGERS, redact_text_structures
+from engine.redaction._names import declare_secret_env_names, is_secret_env_name
+from engine.redaction._text import REDACTED, TRIGGERS, redact_text_structures
 
 __all__ = [
     "REDACTED",

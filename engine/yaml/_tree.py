@@ -1,6 +1,6 @@
 """Recipe YAML as a node tree, for positions: where every value and key starts.
 
-Loading (`engine._yaml`) builds data straight from the parser's events and keeps no
+Loading (`engine.yaml`) builds data straight from the parser's events and keeps no
 positions. When a document has something to report, `locate` composes its text again as
 a tree of nodes, under the same caps, and walks it for the position of every value and
 key: `SourceMap` calls it on the first position asked for.
@@ -25,7 +25,8 @@ from ruamel.yaml.events import (
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
 from engine._gc import collector_paused
-from engine._yaml import (
+from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap
+from engine.yaml._nodes import (
     Caps,
     LimitExceeded,
     anchored_twice,
@@ -36,7 +37,6 @@ from engine._yaml import (
     no_anchor,
     scalar_value,
 )
-from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap
 
 __all__ = ["load", "locate"]
 
@@ -157,7 +157,7 @@ class _Seeker:
 def load(source: SourceMap) -> tuple[Any, Positions, list[Diagnostic], set[NodePath]]:
     """The text of `source` as data, positions, the problems found and the values left out.
 
-    What `engine._yaml` loads in one pass, made the slow way: it is the reference the
+    What `engine.yaml` loads in one pass, made the slow way: it is the reference the
     one-pass loader is tested against.
     """
     builder = _Builder(source)
@@ -168,7 +168,7 @@ def load(source: SourceMap) -> tuple[Any, Positions, list[Diagnostic], set[NodeP
 
 
 def _compose(text: str) -> Node | None:
-    """The document's node tree, composed under the caps of `engine._limits`.
+    """The document's node tree, composed under the caps of `engine.limits`.
 
     ruamel parses (in C when it can) and this module composes: ruamel's composers recurse
     once per nesting level (the C one overflows the C stack on deep input) and share one
@@ -197,7 +197,7 @@ class _Open:
 class _Composer:
     """Events → nodes without recursion, counting what aliases would expand to.
 
-    Counted as the one-pass loader counts (`engine._yaml.Caps`).
+    Counted as the one-pass loader counts (`engine.yaml.Caps`).
     """
 
     def __init__(self, parser: Any, resolver: Any) -> None:

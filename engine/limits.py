@@ -2,7 +2,7 @@
 
 Recipes, policies, `--capabilities` files, cassettes and a model's JSON answers are all
 user-controlled. Without bounds, 400 bytes of YAML aliases expand to a billion nodes and
-500 nested brackets blow the interpreter's stack. The YAML reader (`engine._yaml`)
+500 nested brackets blow the interpreter's stack. The YAML reader (`engine.yaml`)
 enforces these caps while it composes; JSON goes through `loads_json`/`decode_json`,
 which measure the nesting before the parser recurses.
 

@@ -13,10 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine._model_events import ModelCallEvents
-from engine._sanitize import cap, neutralize
-from engine._secrets import Secrets
 from engine._threads import DaemonThreadPool
-from engine._yaml import parse_recipe_text
 from engine.capability import Registry
 from engine.errors import PlanValidationError, StepError
 from engine.events import EventBus
@@ -24,13 +21,16 @@ from engine.executor import Executor
 from engine.llm import Budget, LLMClient, LLMConfig
 from engine.model import Limits, Plan
 from engine.recording import OfflineModel, TapeApprover
+from engine.redaction import Secrets
 from engine.render import plan_has_side_effects
 from engine.results import RunResult, StepResult, Usage
 from engine.sandbox import LiveResults, Results
+from engine.sanitize import cap, neutralize
 from engine.validation import validate_plan
+from engine.yaml import parse_recipe_text
 
 if TYPE_CHECKING:
-    from engine.session import Frontend, Session
+    from engine.session._parts import Frontend, SessionParts
 
 __all__ = ["SessionResult", "SessionRun", "plan_from_text", "run_async"]
 
@@ -59,7 +59,7 @@ class SessionResult:
 class SessionRun:
     """One `Session.run`: the model client, the plans made, the runs made."""
 
-    session: Session
+    session: SessionParts
     frontend: Frontend
     base: dict[str, Any]
     base_dir: Path
@@ -86,7 +86,7 @@ class SessionRun:
             budget.completion_tokens += step.usage.completion_tokens
         session = self.session
         client = LLMClient(
-            self.config, budget=budget, client=OfflineModel() if session._offline else None
+            self.config, budget=budget, client=OfflineModel() if session.offline else None
         )
         if session.tape is not None:
             client.answers = session.tape.answers
@@ -108,7 +108,7 @@ class SessionRun:
         client = self._client()
         status = "cancelled"  # unless it ends
         try:
-            if client is not None and not self.session._offline:
+            if client is not None and not self.session.offline:
                 await client.preflight(chat=self.session.options.preflight == "chat")
             if self.goal is not None:
                 assert client is not None

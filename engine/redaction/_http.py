@@ -8,7 +8,7 @@ from collections.abc import Iterable, Mapping
 from typing import overload
 from urllib.parse import unquote_plus, urlsplit, urlunsplit
 
-from engine._secrets_text import REDACTED, redact_text_structures
+from engine.redaction._text import REDACTED, redact_text_structures
 
 __all__ = [
     "is_sensitive_field",

@@ -12,15 +12,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine._mismatch import tool_miss, where
 from engine._scope import current_scope
 from engine.cassette import ToolResult, rebuild_error, record_error
 from engine.cassette import digest as hash_of
 from engine.errors import ReplayMismatch, StepError
+from engine.recording._mismatch import tool_miss, where
 from engine.sandbox import ToolCall
 
 if TYPE_CHECKING:
-    from engine.recording import Tape
+    from engine.recording._reel import Reel
 
 __all__ = ["TapeResults"]
 
@@ -44,9 +44,9 @@ def _by_repeat(entries: list[ToolResult]) -> dict[_ToolKey, ToolResult]:
 
 
 class TapeResults:
-    """Tool results: recorded ones served, live ones recorded (see `Tape`)."""
+    """Tool results: recorded ones served, live ones recorded (see `Reel`)."""
 
-    def __init__(self, tape: Tape) -> None:
+    def __init__(self, tape: Reel) -> None:
         self.tape = tape
         self._tools = _by_repeat(tape.recorded.tools)
 

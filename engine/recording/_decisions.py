@@ -8,17 +8,17 @@ import difflib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine._mismatch import field_diff, gate_miss, where
 from engine._scope import PLAN_REVIEW, current_scope
 from engine.approval import GateRequest
 from engine.cassette import RECORDED, Answer, Approval
 from engine.cassette import digest as hash_of
 from engine.errors import ReplayMismatch
 from engine.questions import Question
+from engine.recording._mismatch import field_diff, gate_miss, where
 from engine.results import Decision
 
 if TYPE_CHECKING:
-    from engine.recording import Tape
+    from engine.recording._reel import Reel
 
 __all__ = ["TapeDecisions"]
 
@@ -26,7 +26,7 @@ __all__ = ["TapeDecisions"]
 class TapeDecisions:
     """Gate decisions, answers and plan reviews: recorded ones served, live ones recorded."""
 
-    def __init__(self, tape: Tape) -> None:
+    def __init__(self, tape: Reel) -> None:
         self.tape = tape
         self._approvals = {
             (e.step, e.action, e.params_hash, e.ordinal): e for e in tape.recorded.approvals

@@ -5,7 +5,6 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine._mismatch import llm_miss
 from engine._scope import PLANNER, current_scope, step_of
 from engine.cassette import (
     LLMExchange,
@@ -18,17 +17,18 @@ from engine.cassette import (
 from engine.cassette import digest as hash_of
 from engine.errors import BudgetExceeded, ReplayMismatch, StepError
 from engine.llm import ChatResult
+from engine.recording._mismatch import llm_miss
 
 if TYPE_CHECKING:
-    from engine.recording import Tape
+    from engine.recording._reel import Reel
 
 __all__ = ["TapeAnswers"]
 
 
 class TapeAnswers:
-    """The model's answers: recorded ones served, live ones recorded (see `Tape`)."""
+    """The model's answers: recorded ones served, live ones recorded (see `Reel`)."""
 
-    def __init__(self, tape: Tape) -> None:
+    def __init__(self, tape: Reel) -> None:
         self.tape = tape
         self._llm = {(e.step, e.key, e.ordinal): e for e in tape.recorded.llm}
 

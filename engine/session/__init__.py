@@ -9,91 +9,27 @@ answers, the tool results and the approver. Everything runs on one event loop.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from contextlib import AbstractContextManager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Protocol, TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from engine._problems import validation_problems
-from engine._session_run import SessionResult, SessionRun, plan_from_text, run_async
 from engine.agent import AgentRunner
-from engine.approval import Approver
 from engine.backend import Backend
 from engine.capability import Registry
-from engine.errors import ConfigurationError, PlanValidationError
-from engine.events import EventBus
+from engine.errors import ConfigurationError
 from engine.inputs import input_text
 from engine.journal import Journal
 from engine.llm import LLMClient, LLMConfig, resolve_llm_config
 from engine.model import FallbackAction, Limits, LLMSettings, Plan
-from engine.planning import Planner, PlanOutcome, PlanReview
+from engine.planning import Planner
 from engine.recording import Tape
 from engine.results import ReplayReport, RunResult, StepResult
+from engine.session._parts import Attached, Frontend, SessionOptions
+from engine.session._run import SessionResult, SessionRun, plan_from_text, run_async
 
 __all__ = ["Attached", "Frontend", "Session", "SessionOptions", "SessionResult", "plan_from_text"]
-
-
-@dataclass(frozen=True)
-class SessionOptions:
-    """How a session runs (the run flags of `planloom run`, `plan` and `replay`).
-
-    Attributes:
-        dry_run: read-only actions run; side effects are reported, not made.
-        model: the model name (else `PLANLOOM_MODEL`, else the recipe's).
-        base_url: an OpenAI-compatible endpoint (else `OPENAI_BASE_URL`, else OpenAI).
-        llm_timeout: seconds to wait for one model answer (else `PLANLOOM_LLM_TIMEOUT`,
-            else the recipe's `llm: timeout`).
-        llm_max_tokens: the longest model answer, in tokens (else
-            `PLANLOOM_LLM_MAX_TOKENS`, else the recipe's `llm: max_tokens`).
-        llm_context: the model's context window, in tokens (else `PLANLOOM_LLM_CONTEXT`,
-            else the recipe's `llm: context_window`).
-        preflight: the check of the endpoint before anything runs: `models` (`GET
-            /models`) or `chat` (also a one-token chat request).
-    """
-
-    dry_run: bool = False
-    model: str | None = None
-    base_url: str | None = None
-    llm_timeout: float | None = None
-    llm_max_tokens: int | None = None
-    llm_context: int | None = None
-    preflight: Literal["models", "chat"] = "models"
-
-
-@dataclass
-class Attached:
-    """What a frontend puts on one plan's run: the approver of its gates and questions, and
-    what it shows while the run lasts (entered around it)."""
-
-    approver: Approver
-    showing: AbstractContextManager[object]
-
-
-class Frontend(PlanReview, Protocol):
-    """What a person sees and answers during a session."""
-
-    def say(self, text: str) -> None:
-        """One progress line (`planning: ...`, `replanning ...`)."""
-        ...
-
-    async def show_plan(self, outcome: PlanOutcome) -> None:
-        """Show a model-written plan (and save it, if the person asked for that)."""
-        ...
-
-    def invalid_plan(self, text: str, error: PlanValidationError) -> None:
-        """An edited plan is not valid: say where and why."""
-        ...
-
-    def attach(self, plan: Plan, events: EventBus) -> Attached:
-        """Subscribe to a run's events; the approver for its gates."""
-        ...
-
-    def watch(self, events: EventBus) -> None:
-        """Subscribe to a goal session's own events: its planning and replanning
-        (`session.*`, `plan.*`, and the planner's `llm.*`); its runs are `attach`ed."""
-        ...
 
 
 class Session:
@@ -131,6 +67,11 @@ class Session:
         self.journal = journal
         self.backend = backend
         self._offline = recorder is not None and not recorder.recording
+
+    @property
+    def offline(self) -> bool:
+        """Whether model answers come from a recording only (nothing is live)."""
+        return self._offline
 
     def run(
         self,

@@ -19,15 +19,15 @@ from engine.cassette import ToolListing
 from engine.discovery import DiscoveryFailed, Listing
 
 if TYPE_CHECKING:
-    from engine.recording import Tape
+    from engine.recording._reel import Reel
 
 __all__ = ["TapeListings"]
 
 
 class TapeListings:
-    """Listings: recorded ones served, live ones recorded (see `Tape`)."""
+    """Listings: recorded ones served, live ones recorded (see `Reel`)."""
 
-    def __init__(self, tape: Tape) -> None:
+    def __init__(self, tape: Reel) -> None:
         self.tape = tape
         self._recorded = {(e.family, e.grant): e for e in tape.recorded.listings}
 
