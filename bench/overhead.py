@@ -44,7 +44,7 @@ from typing import Any, TypeVar
 from _collector import Collector
 
 from capabilities import Registry, default_registry
-from engine._sqlite_store import open_store
+from engine.app.sqlite_store import open_store
 from engine.app.telemetry import Telemetry
 from engine.approval import Approver, FailClosed
 from engine.events import Event, EventBus
@@ -599,10 +599,10 @@ def profile_engine(args: argparse.Namespace, registry: Registry, limit: int = 25
 
 # Where a journaled run's extra time goes: the journal's seams, the store, and what they
 # call (redaction, JSON, hashing, SQLite).
-_JOURNAL_FILES = ("engine/journal.py", "engine/_sqlite_store.py", "engine/store.py")
+_JOURNAL_FILES = ("engine/journal.py", "engine/app/sqlite_store.py", "engine/store.py")
 _JOURNAL_CALLEES = (
     ("engine/_secrets", ""),
-    ("engine/cassette.py", ""),
+    ("engine/recording/cassette.py", ""),
     ("engine/model.py", "to_data"),
     ("~", "<method 'execute"),
     ("~", "<method 'executemany"),

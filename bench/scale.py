@@ -5,7 +5,7 @@ The DAG is bench/overhead.py's (its builder, imported): layers of `--width` no-o
 parent of layer k−1 through `${{ steps.X.output }}` and depending on one or two more
 through `depends_on`; `limits.max_parallel` is the width. For each of `--sizes` the bench
 times the whole pipeline, as overhead.py's engine side runs it, inside the
-`engine._gc.heap_frozen` block `planloom` runs every command in (`--library`: without it,
+`engine._support.gc.heap_frozen` block `planloom` runs every command in (`--library`: without it,
 as a program calling the API): YAML text →
 `parse_recipe_text` → `validate_plan` → `Executor(...).run()` under `asyncio.run`, with one
 `EventBus` subscriber (it counts events; keeping 600,000 of them would be the bench's
@@ -65,7 +65,7 @@ from overhead import (
     recipe_text,
 )
 
-from engine._gc import heap_frozen
+from engine._support.gc import heap_frozen
 from engine.capability import Registry
 from engine.events import Event, EventBus
 from engine.executor import Executor
@@ -346,7 +346,7 @@ def report(f: dict[str, Any]) -> str:
         + (
             "as a program calling the API does (--library)"
             if f["mode"] == "library"
-            else "as the planloom command runs it, inside engine._gc.heap_frozen"
+            else "as the planloom command runs it, inside engine._support.gc.heap_frozen"
         ),
         f"runs per side: {repeats}; figures are medians, [min–max] over the runs",
         "",
@@ -458,7 +458,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         "--library",
         action="store_true",
         help="run the pipeline as a program calling the API does; by default it runs as "
-        "the planloom command runs it, inside engine._gc.heap_frozen",
+        "the planloom command runs it, inside engine._support.gc.heap_frozen",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     # One timed run of one side in this process: what the parent spawns.

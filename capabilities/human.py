@@ -7,9 +7,9 @@ fails saying how to answer it.
 
 from __future__ import annotations
 
+from engine.approval.questions import Answer, Question, parse_answer
 from engine.capability import Action, CallContext, EmptyGrant, Family, Registry
 from engine.errors import StepFailed
-from engine.questions import Answer, Question, parse_answer
 
 __all__ = ["Answer", "Question", "parse_answer", "register"]
 

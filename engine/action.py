@@ -101,7 +101,7 @@ class Action(Generic[P]):
             the params model has none of its own. Kept out of the model's schema, which
             models are shown: a recorded run's requests stay the same.
         truncated_note: which limit cut an output that says `truncated: true`, and what to
-            do about it, for the warning a person sees (`engine._truncation`).
+            do about it, for the warning a person sees (`engine._support.truncation`).
     """
 
     name: str

@@ -22,8 +22,8 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from engine._execute import execute, jsonable
-from engine._problems import validation_problems
+from engine._support.execute import execute, jsonable
+from engine._support.problems import validation_problems
 from engine.capability import CallContext, Family, ParamPath, Registry
 from engine.errors import (
     CapabilityDenied,

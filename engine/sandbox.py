@@ -17,10 +17,10 @@ from typing import Any, Literal, NamedTuple, Protocol
 
 from pydantic import BaseModel, ValidationError
 
-from engine._execute import execute, jsonable
-from engine._problems import validation_problems
-from engine._scope import current_item
-from engine._truncation import MAX_WARNINGS, truncation_warning
+from engine._support.execute import execute, jsonable
+from engine._support.problems import validation_problems
+from engine._support.scope import current_item
+from engine._support.truncation import MAX_WARNINGS, truncation_warning
 from engine.backend import Backend, RemoteCall
 from engine.capability import Action, Asker, CallContext, ParamPath, Registry
 from engine.errors import (

@@ -1,11 +1,11 @@
 """The run store: where every run's journal is kept, so a run can be listed, shown, reported
 and resumed after a crash.
 
-`RunStore` is the protocol a backend implements; `engine._sqlite_store.SqliteStore` (stdlib
+`RunStore` is the protocol a backend implements; `engine.app.sqlite_store.SqliteStore` (stdlib
 `sqlite3`, WAL) is the embedded default, at `.planloom/runs.db` beside the recipe,
 `$PLANLOOM_HOME/runs.db`, or a path given with `--store`. A run is a `RunRecord` (its
 summary) and a journal of `Entry`s in order. The journal's data model is the cassette's
-(`engine.cassette`): a tool call is a `ToolResult` (written with no output before the call
+(`engine.recording.cassette`): a tool call is a `ToolResult` (written with no output before the call
 starts, its *intent*, and again with its output or error after), a model exchange an
 `LLMExchange`, a gate decision an `Approval`, a person's answer an `Answer`; plus the plan,
 each step's result and timeline, and a mark for each time the run was (re)started. Every

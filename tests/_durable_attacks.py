@@ -20,7 +20,7 @@ from typing import Any
 
 from _procs import PLANLOOM, TIMEOUT, env, marker_seconds, pids_with, planloom
 
-from engine._sqlite_store import entry_hash, first_hash, open_store
+from engine.app.sqlite_store import entry_hash, first_hash, open_store
 from engine.store import RunRecord
 
 __all__ = ["TESTS", "Lab", "forged_store", "lab", "rechain"]

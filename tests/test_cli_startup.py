@@ -48,7 +48,7 @@ HEAVY = (
 # What the grammar of the command line is made of: nothing else of ours is imported.
 HELP_MODULES = {
     "engine",
-    "engine._gc",
+    "engine._support.gc",
     "engine.errors",
     "engine.app",
     "engine.app.commands",
@@ -75,13 +75,13 @@ NOT_FOR_VALIDATE = (
     "engine.llm",
     "engine.executor",
     "engine.session",
-    "engine._scheduler",
+    "engine.executor._scheduler",
     "engine.store",
-    "engine._sqlite_store",
+    "engine.app.sqlite_store",
     "engine.journal",
-    "engine.report",
+    "engine.app.report",
     "engine.recording",
-    "engine.cassette",
+    "engine.recording.cassette",
     "engine.render",
     "planners.llm",
     "planners.react",
@@ -272,9 +272,9 @@ def test_every_command_has_a_module_with_a_main_and_every_module_a_command() -> 
 
 def test_the_record_modes_of_the_flags_are_the_cassettes() -> None:
     import engine.app.flags
-    import engine.cassette
+    import engine.recording.cassette
 
-    assert engine.app.flags.RECORD_MODES == engine.cassette.RECORD_MODES
+    assert engine.app.flags.RECORD_MODES == engine.recording.cassette.RECORD_MODES
 
 
 def test_python_dash_m_engine_app_prints_the_same_help(tmp_path: Path) -> None:
@@ -307,7 +307,7 @@ def test_a_heap_frozen_until_exit_stays_frozen_and_still_collects_what_came_afte
     collections at exit skip it); what the block created is collected as usual."""
     code = (
         "import gc, weakref\n"
-        "from engine._gc import heap_frozen\n"
+        "from engine._support.gc import heap_frozen\n"
         "class Node:\n"
         "    pass\n"
         "def ring():\n"
@@ -334,7 +334,7 @@ def test_what_a_paused_block_keeps_is_frozen_inside_a_frozen_heap_and_scanned_ou
     collector as usual, so nothing stays frozen past the caller's knowledge."""
     code = (
         "import gc\n"
-        "from engine._gc import collector_paused, heap_frozen\n"
+        "from engine._support.gc import collector_paused, heap_frozen\n"
         "def load():\n"
         "    with collector_paused():\n"
         "        return [[i] for i in range(1000)]\n"
@@ -356,7 +356,7 @@ def test_a_long_run_freezes_what_it_keeps_after_freeing_its_young_garbage() -> N
     one it does nothing."""
     code = (
         "import gc, weakref\n"
-        "from engine._gc import freeze_survivors, heap_frozen\n"
+        "from engine._support.gc import freeze_survivors, heap_frozen\n"
         "class Node:\n"
         "    pass\n"
         "def ring():\n"

@@ -63,6 +63,29 @@ PUBLIC = {
         "default_registry",
     },
     "planners": {"load_recipe", "parse_recipe_text", "read_recipe"},
+    # the test kit users write tests with (fakes, scripted models and tools, replay)
+    "engine.testing": {
+        "Call",
+        "CassetteRef",
+        "ChatReply",
+        "ChatRequest",
+        "Fail",
+        "FakeOpenAIServer",
+        "Fault",
+        "Hang",
+        "ModelFunction",
+        "Raise",
+        "ScriptedApprover",
+        "ScriptedModel",
+        "ScriptedTools",
+        "Sleep",
+        "ToolCall",
+        "UnusedRecordingWarning",
+        "Wait",
+        "instant_sleep",
+        "replay",
+        "run_recipe_text",
+    },
 }
 
 

@@ -20,7 +20,7 @@ from openai.types.chat import (
     ChatCompletionMessageParam,
 )
 
-from engine._fakellm import (
+from engine.testing._fakellm import (
     ChatReply,
     ChatRequest,
     FakeOpenAIServer,

@@ -21,8 +21,8 @@ import pytest
 from _procs import env, planloom
 from ruamel.yaml import YAML
 
-from engine.cassette import digest as _digest
 from engine.recording import Tape
+from engine.recording.cassette import digest as _digest
 from engine.testing import FakeOpenAIServer, ScriptedModel
 
 RECORDED_STEP = """\

@@ -43,7 +43,7 @@ _CHILD = textwrap.dedent(
     from engine.templating import Template
 
     try:
-        from engine._template_limits import budget
+        from engine.templating._limits import budget
     except ImportError:  # a build without render budgets: run with what it has
         budget = lambda seconds: contextlib.nullcontext()
 
@@ -213,5 +213,5 @@ def test_hostile_templates_end_in_typed_errors_quickly_in_bounded_memory() -> No
     )
     assert report["cases"] >= 1000
     assert report["bad"] == [], json.dumps(report["bad"][:10], indent=1)
-    # the limits hold memory near what one render may build (engine._template_limits)
+    # the limits hold memory near what one render may build (engine.templating._limits)
     assert report["peak_rss_kib"] < PEAK_RSS_MIB * 1024

@@ -6,8 +6,8 @@ import networkx as nx
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from engine._compiled import CompiledStep, _data_paths
 from engine._graph import Edges, build_graph, is_acyclic
+from engine.executor._compiled import CompiledStep, _data_paths
 from engine.model import Step
 
 IDS = [f"s{i}" for i in range(8)]

@@ -2,7 +2,7 @@
 a store is and refuses, what a run leaves in it, and what a resume serves from it instead
 of doing again.
 
-The store itself is tested in-process (`engine._sqlite_store`); everything a user sees goes
+The store itself is tested in-process (`engine.app.sqlite_store`); everything a user sees goes
 through the real `planloom` command in a subprocess (`tests/_procs.py`), with real recipes
 in a temporary folder and the store named by `--store`. A crash is a real SIGKILL of a
 process. Model calls go over HTTP to `FakeOpenAIServer` in this process.
@@ -31,12 +31,12 @@ from typing import Any
 import pytest
 from _procs import PLANLOOM, TIMEOUT, env, gone, marker_seconds, pids_with, planloom
 
-from engine._journal_resume import resumed_from
-from engine._scope import enter_scope
-from engine._sqlite_store import FORMAT, open_store
-from engine.cassette import digest
+from engine._support.scope import enter_scope
+from engine.app.sqlite_store import FORMAT, open_store
 from engine.errors import ConfigurationError, StepFailed
 from engine.journal import Journal
+from engine.journal.resume import resumed_from
+from engine.recording.cassette import digest
 from engine.sandbox import LiveResults
 from engine.sandbox import ToolCall as SandboxCall
 from engine.store import Entry, EntryKind, RunRecord
@@ -570,7 +570,7 @@ import asyncio, os, signal, sys, time, uuid
 from pathlib import Path
 
 from capabilities import default_registry
-from engine._sqlite_store import open_store, process_start
+from engine.app.sqlite_store import open_store, process_start
 from engine.executor import Executor
 from engine.journal import Journal
 from engine.sandbox import LiveResults

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 from _procs import planloom
 
-from engine._sqlite_store import BATCHED, FORMAT, PACK, open_store
+from engine.app.sqlite_store import BATCHED, FORMAT, PACK, open_store
 from engine.errors import ConfigurationError
 from engine.store import RunRecord
 

@@ -22,7 +22,7 @@ import pytest
 from _durable_attacks import lab
 from _procs import planloom
 
-from engine._sqlite_store import FORMAT, open_store
+from engine.app.sqlite_store import FORMAT, open_store
 from engine.errors import ConfigurationError
 from engine.store import RunRecord
 

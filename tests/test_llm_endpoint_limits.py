@@ -29,7 +29,7 @@ from pydantic import SecretStr
 
 from engine.errors import ConfigurationError
 from engine.llm import Budget, LLMClient, LLMConfig, LLMError, NoJSON, extract_json
-from engine.llm_config import resolve_llm_config
+from engine.llm.config import resolve_llm_config
 from engine.model import LLMSettings
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, Fault, ScriptedModel, ToolCall
 

@@ -38,9 +38,9 @@ from capabilities._mcp_servers import Servers, list_tools
 from engine.agent import tool_name_for
 from engine.app.commands import tools as tools_command
 from engine.app.registry import build_registry
-from engine.cassette import Cassette
 from engine.diagnostics import render_diagnostics
 from engine.errors import ConfigurationError, PlanValidationError
+from engine.recording.cassette import Cassette
 from engine.testing import (
     ChatReply,
     FakeOpenAIServer,

@@ -20,7 +20,7 @@ import pytest
 from _procs import TIMEOUT, start
 from mcp_servers.project import Project, make_project, no_traceback
 
-from engine.cassette import Cassette
+from engine.recording.cassette import Cassette
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ScriptedModel, ToolCall
 
 RECIPE = """

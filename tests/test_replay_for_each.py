@@ -20,8 +20,8 @@ from typing import Any, NamedTuple
 import pytest
 from _procs import planloom
 
-from engine._sqlite_store import open_store
-from engine.cassette import Cassette
+from engine.app.sqlite_store import open_store
+from engine.recording.cassette import Cassette
 
 SEED = 27
 """Seeds which items fail and how long each item's work takes."""

@@ -28,9 +28,9 @@ from _procs import marker_seconds, pids_with, planloom, start
 from hypothesis import given
 from hypothesis import strategies as st
 
-from engine._fakellm import FakeOpenAIServer, ScriptedModel
-from engine.report import render_report
+from engine.app.report import render_report
 from engine.store import Entry, RunRecord
+from engine.testing._fakellm import FakeOpenAIServer, ScriptedModel
 
 if TYPE_CHECKING:  # imported where used: the tests without a browser need no playwright
     from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page

@@ -16,7 +16,7 @@ from typing import Any
 from _durable_attacks import WATCH, lab
 from _procs import TIMEOUT, env
 
-from engine._sqlite_store import process_start
+from engine.app.sqlite_store import process_start
 from engine.testing import ChatRequest, FakeOpenAIServer
 
 SLOW = """\

@@ -13,8 +13,8 @@ from rich.live import Live
 from rich.table import Table
 from rich.text import Text
 
-from engine.cassette import RECORDED
 from engine.events import Event
+from engine.recording.cassette import RECORDED
 from engine.results import STATUS_STYLE as _STYLE
 from engine.results import RunResult, StepResult
 from engine.sanitize import neutralize

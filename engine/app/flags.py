@@ -15,7 +15,7 @@ __all__ = [
     "store_flag",
 ]
 
-# As engine.cassette.RECORD_MODES (tests/test_cli_startup.py checks they agree); not
+# As engine.recording.cassette.RECORD_MODES (tests/test_cli_startup.py checks they agree); not
 # imported, because `--help` must not import the engine (pydantic and the rest).
 RECORD_MODES = ("none", "once", "new_episodes", "all")
 PREFLIGHTS = ("models", "chat")

@@ -15,22 +15,22 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from engine._sqlite_store import open_store, process_start
 from engine.app.logs import open_log
 from engine.app.outcome import print_result
 from engine.app.output import EXIT_INTERRUPTED, print_json
 from engine.app.registry import plugin_path
+from engine.app.sqlite_store import open_store, process_start
 from engine.app.telemetry import Telemetry
 from engine.app.terminal import TerminalFrontend
 from engine.capability import Registry
-from engine.cassette import RecordMode
 from engine.errors import ConfigurationError
 from engine.inputs import parse_assignments
 from engine.journal import Journal
-from engine.llm_config import read_limit
+from engine.llm.config import read_limit
 from engine.model import Plan
 from engine.policy import load_policy
 from engine.recording import Tape
+from engine.recording.cassette import RecordMode
 from engine.results import StepResult
 from engine.sanitize import neutralize
 from engine.session import Session, SessionOptions, SessionResult

@@ -21,7 +21,7 @@ import sys
 from collections.abc import Sequence
 from typing import IO
 
-from engine._gc import collector_paused, heap_frozen
+from engine._support.gc import collector_paused, heap_frozen
 from engine.app.commands import command_main
 from engine.app.output import EXIT_BROKEN_PIPE, EXIT_INVALID, invalid, print_json
 from engine.app.parser import build_parser
@@ -40,7 +40,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             the process ends when this returns (the console script, `python -m
             engine.app`): what the command imported is then left frozen, so the
             interpreter's collections at exit do not rescan it
-            (`engine._gc.heap_frozen(until_exit=True)`).
+            (`engine._support.gc.heap_frozen(until_exit=True)`).
     """
     try:
         code = _main(argv)

@@ -9,10 +9,10 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from engine._journal_resume import Resumed, plan_steps, resumed_from
-from engine._scope import step_of
-from engine._sqlite_store import SqliteStore, is_alive, open_store
+from engine._support.scope import step_of
 from engine.app.launch import store_path
+from engine.app.sqlite_store import SqliteStore, is_alive, open_store
+from engine.journal.resume import Resumed, plan_steps, resumed_from
 from engine.redaction import Secrets
 from engine.results import RunResult, StepResult
 from engine.store import INTERRUPTED, Entry, RunRecord

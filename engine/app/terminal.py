@@ -15,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from engine._prompt import Menu, NoAnswer, ask, read_line
 from engine.app.console import LiveProgress, console_on
 from engine.app.logs import subscribe_logs
 from engine.approval import (
@@ -26,6 +25,7 @@ from engine.approval import (
     InDoubtDecisions,
     TerminalApprover,
 )
+from engine.approval.prompt import Menu, NoAnswer, ask, read_line
 from engine.capability import Registry
 from engine.diagnostics import render_diagnostics
 from engine.errors import PlanValidationError

@@ -4,8 +4,8 @@ A `Tape` wraps the places a run meets the world: `tape.answers` is the model cli
 `Answers`, `tape.results` the sandbox's `Results`, `tape.listings` the registry's
 `Listings` (the tools MCP servers list), and `TapeApprover` wraps the approver
 (`tape.decisions`, which also reviews model-written plans). In a replay it serves every
-recorded entry from the cassette (`engine.cassette`) and never calls a model or makes a side
-effect; a request with no recording raises `ReplayMismatch`, which names the step and shows
+recorded entry from the cassette (`engine.recording.cassette`) and never calls a model or
+makes a side effect; a request with no recording raises `ReplayMismatch`, which names the step and shows
 the nearest recorded request with a field-level diff. Modes are vcrpy's: `none` (replay
 only), `once` (replay if the cassette exists, else record), `new_episodes` (replay what is
 recorded, record what is new) and `all` (record everything again). Secrets are redacted
@@ -26,23 +26,23 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from engine._scope import PLAN_REVIEW, PLANNER, current_scope, enter_scope
+from engine._support.scope import PLAN_REVIEW, PLANNER, current_scope, enter_scope
 from engine.approval import Approver, GateRequest
-from engine.cassette import (
-    RECORD_MODES,
-    RECORDED,
-    Cassette,
-    RecordMode,
-    request_key,
-)
+from engine.approval.questions import Question
 from engine.errors import ReplayMismatch
-from engine.questions import Question
 from engine.recording._answers import TapeAnswers
 from engine.recording._decisions import TapeDecisions
 from engine.recording._listings import TapeListings
 from engine.recording._mismatch import HOW, field_diff
 from engine.recording._reel import Reel
 from engine.recording._results import TapeResults
+from engine.recording.cassette import (
+    RECORD_MODES,
+    RECORDED,
+    Cassette,
+    RecordMode,
+    request_key,
+)
 from engine.redaction import Secrets
 from engine.results import Decision
 

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine._scope import PLANNER, current_scope, step_of
-from engine.cassette import (
+from engine._support.scope import PLANNER, current_scope, step_of
+from engine.errors import BudgetExceeded, ReplayMismatch, StepError
+from engine.llm import ChatResult
+from engine.recording._mismatch import llm_miss
+from engine.recording.cassette import (
     LLMExchange,
     RecordedError,
     RecordedReply,
@@ -14,10 +17,7 @@ from engine.cassette import (
     rebuild_error,
     record_error,
 )
-from engine.cassette import digest as hash_of
-from engine.errors import BudgetExceeded, ReplayMismatch, StepError
-from engine.llm import ChatResult
-from engine.recording._mismatch import llm_miss
+from engine.recording.cassette import digest as hash_of
 
 if TYPE_CHECKING:
     from engine.recording._reel import Reel

@@ -8,13 +8,13 @@ import difflib
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine._scope import PLAN_REVIEW, current_scope
+from engine._support.scope import PLAN_REVIEW, current_scope
 from engine.approval import GateRequest
-from engine.cassette import RECORDED, Answer, Approval
-from engine.cassette import digest as hash_of
+from engine.approval.questions import Question
 from engine.errors import ReplayMismatch
-from engine.questions import Question
 from engine.recording._mismatch import field_diff, gate_miss, where
+from engine.recording.cassette import RECORDED, Answer, Approval
+from engine.recording.cassette import digest as hash_of
 from engine.results import Decision
 
 if TYPE_CHECKING:

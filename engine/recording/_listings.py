@@ -15,8 +15,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
-from engine.cassette import ToolListing
 from engine.discovery import DiscoveryFailed, Listing
+from engine.recording.cassette import ToolListing
 
 if TYPE_CHECKING:
     from engine.recording._reel import Reel

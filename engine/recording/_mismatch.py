@@ -9,8 +9,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from engine._scope import PLAN_REVIEW, PLANNER
-from engine.cassette import Cassette
+from engine._support.scope import PLAN_REVIEW, PLANNER
+from engine.recording.cassette import Cassette
 
 __all__ = [
     "HOW",

@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel
 
-from engine._scope import PLAN_REVIEW
-from engine.cassette import RECORD_MODES, Cassette, RecordMode, json_data
+from engine._support.scope import PLAN_REVIEW
 from engine.errors import ConfigurationError, ReplayMismatch
 from engine.recording._mismatch import HOW, where
+from engine.recording.cassette import RECORD_MODES, Cassette, RecordMode, json_data
 from engine.redaction import Secrets
 
 E = TypeVar("E", bound=BaseModel)

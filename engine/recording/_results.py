@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from engine._scope import current_scope
-from engine.cassette import ToolResult, rebuild_error, record_error
-from engine.cassette import digest as hash_of
+from engine._support.scope import current_scope
 from engine.errors import ReplayMismatch, StepError
 from engine.recording._mismatch import tool_miss, where
+from engine.recording.cassette import ToolResult, rebuild_error, record_error
+from engine.recording.cassette import digest as hash_of
 from engine.sandbox import ToolCall
 
 if TYPE_CHECKING:

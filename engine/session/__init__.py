@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from engine._problems import validation_problems
+from engine._support.problems import validation_problems
 from engine.agent import AgentRunner
 from engine.backend import Backend
 from engine.capability import Registry

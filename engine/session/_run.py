@@ -12,13 +12,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from engine._model_events import ModelCallEvents
-from engine._threads import DaemonThreadPool
+from engine._support.threads import DaemonThreadPool
 from engine.capability import Registry
 from engine.errors import PlanValidationError, StepError
 from engine.events import EventBus
 from engine.executor import Executor
 from engine.llm import Budget, LLMClient, LLMConfig
+from engine.llm.events import ModelCallEvents
 from engine.model import Limits, Plan
 from engine.recording import OfflineModel, TapeApprover
 from engine.redaction import Secrets
@@ -373,7 +373,7 @@ def _replan_context(result: RunResult, secrets: Secrets) -> str:
 def run_async(main: Coroutine[Any, Any, _T]) -> _T:
     """`asyncio.run(main)`, on worker threads that cannot hold up the exit: a step cancelled
     by Ctrl-C or its timeout may leave a thread running (a slow user function), and the
-    default executor would be waited for without bound (see `engine._threads`)."""
+    default executor would be waited for without bound (see `engine._support.threads`)."""
     with asyncio.Runner() as runner:
         runner.get_loop().set_default_executor(DaemonThreadPool())
         return runner.run(main)

@@ -21,7 +21,7 @@ from typing import Any
 from ruamel.yaml.error import MarkedYAMLError, YAMLError
 from ruamel.yaml.reader import ReaderError
 
-from engine._gc import collector_paused
+from engine._support.gc import collector_paused
 from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap, split_lines
 from engine.errors import RecipeSyntaxError
 from engine.yaml._loader import Loader

@@ -24,7 +24,7 @@ from ruamel.yaml.events import (
 )
 from ruamel.yaml.nodes import MappingNode, Node, ScalarNode, SequenceNode
 
-from engine._gc import collector_paused
+from engine._support.gc import collector_paused
 from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap
 from engine.yaml._nodes import (
     Caps,

@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from engine._problems import validation_problems
+from engine._support.problems import validation_problems
 from engine.app.launch import RunSettings, launch
 from engine.app.output import EXIT_INVALID, invalid, print_json
 from engine.capability import Registry

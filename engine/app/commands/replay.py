@@ -9,9 +9,9 @@ from pathlib import Path
 from engine.app.launch import RunSettings, launch, recorded_registry
 from engine.app.output import EXIT_INVALID, invalid, print_json
 from engine.capability import Registry
-from engine.cassette import Cassette
 from engine.diagnostics import render_diagnostics
 from engine.errors import PlanValidationError
+from engine.recording.cassette import Cassette
 from planners.replay import plan_from_cassette
 
 

@@ -7,9 +7,9 @@ import sys
 from pathlib import Path
 
 from engine.app.output import EXIT_INVALID, EXIT_OK
+from engine.app.report import render_report
 from engine.app.stored import read_run
 from engine.capability import Registry
-from engine.report import render_report
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

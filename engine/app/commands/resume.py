@@ -16,18 +16,18 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from engine._journal_resume import Resumed, changed_steps, kept_steps, steps_in_doubt
-from engine._sqlite_store import SqliteStore, process_start
 from engine.app.launch import Resume, RunSettings, launch
 from engine.app.loading import load
 from engine.app.output import EXIT_INVALID
+from engine.app.sqlite_store import SqliteStore, process_start
 from engine.app.stored import find_run, open_for_reading, shown_status
 from engine.capability import Registry
-from engine.cassette import json_data
 from engine.errors import PlanValidationError
 from engine.inputs import input_text
 from engine.journal import Journal
+from engine.journal.resume import Resumed, changed_steps, kept_steps, steps_in_doubt
 from engine.model import Plan
+from engine.recording.cassette import json_data
 from engine.redaction import REDACTED, Secrets
 from engine.sanitize import neutralize
 from engine.store import RunRecord

@@ -6,10 +6,10 @@ import argparse
 import sys
 from pathlib import Path
 
-from engine._validation_budget import recipe_warnings
 from engine.app.launch import RunSettings, launch, recorded_registry
 from engine.app.loading import load
 from engine.capability import Registry
+from engine.validation import recipe_warnings
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

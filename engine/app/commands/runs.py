@@ -9,12 +9,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from engine._journal_resume import resumed_from
 from engine.app.launch import store_path
 from engine.app.output import EXIT_INVALID, EXIT_OK, print_json
 from engine.app.stored import INTERRUPTED, open_for_reading, shown_status
 from engine.capability import Registry
 from engine.errors import ConfigurationError
+from engine.journal.resume import resumed_from
 from engine.sanitize import neutralize
 
 

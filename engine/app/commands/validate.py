@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from engine._validation_budget import recipe_warnings
 from engine.app.loading import load
 from engine.app.output import EXIT_OK, print_json
 from engine.capability import Registry
+from engine.validation import recipe_warnings
 
 
 def main(args: argparse.Namespace, registry: Registry) -> int:

@@ -1,0 +1,562 @@
+"""Runs a validated `Plan`: step semantics on top of the start-when-ready scheduler.
+
+Per step: `when` → (`for_each` items) → attempts with retries → fallback → `can_fail`.
+Statuses and their rules are PRODUCT.md's "Step semantics". Every run ends with every
+step in a terminal state; interruption (`cancel()`) and `limits.max_duration` end the
+in-flight steps as `cancelled` (their children are killed by the capabilities), then the
+`finally` steps run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel
+
+from engine._graph import plan_edges, step_dependencies
+from engine._support.gc import collector_paused, freeze_survivors, heap_frozen
+from engine._support.scope import enter_scope
+from engine.agent import AgentRunner
+from engine.approval import Approver, FailClosed, Gatekeeper
+from engine.approval.questions import Question
+from engine.backend import Backend
+from engine.capability import Registry
+from engine.errors import (
+    ApprovalDenied,
+    OutcomeUnknown,
+    StepError,
+    TemplateError,
+)
+from engine.events import EventBus
+from engine.executor._agent_steps import AgentSteps
+from engine.executor._attempts import Attempts, Sleep, Tally
+from engine.executor._compiled import CompiledAction, CompiledStep
+from engine.executor._scheduler import Scheduler
+from engine.inputs import resolve_inputs
+from engine.llm import LLMClient
+from engine.llm.events import ModelCallEvents
+from engine.model import Plan, Step
+from engine.redaction import Secrets
+from engine.results import (
+    BLOCKING,
+    RunResult,
+    RunStatus,
+    StepResult,
+    StepStatus,
+    StepUsage,
+    Usage,
+)
+from engine.sandbox import LiveResults, Results, Sandbox
+from engine.templating import (
+    Namespace,
+    ValueTemplate,
+    compile_value,
+)
+from engine.validation import ensure_valid
+
+_SETTLE_EVERY = 5000  # steps ended between two freezes of what the run keeps
+
+__all__ = ["Executor", "Sleep", "run_plan"]
+
+
+class Executor:
+    """One run of one plan.
+
+    Args:
+        plan: a validated plan.
+        registry: the capabilities the plan's tools come from.
+        base_dir: the recipe's folder; relative grant paths resolve against it.
+        inputs: run inputs by name (strings are parsed by type when `inputs_from_text`).
+        approver: decides gated calls; by default every gate is denied (fail closed).
+        events: where transitions are published.
+        sleep: waits between retries (inject a fake to make retry tests instant).
+        secrets: values to redact wherever the run's data leaves it (events, errors,
+            results); by default every secret-looking variable of the environment.
+        agent_runner: carries out `agent` steps and natural-language fallbacks (the ReAct
+            loop); without one such steps fail saying a model is needed.
+        llm: the run's model client, for the `llm.*` capabilities and usage totals.
+        preloaded: results of steps that already ran (a replan keeps what succeeded):
+            these steps are not run again; their results stand.
+        dry_run: read-only actions run; calls with side effects are reported (with their
+            rendered params) instead of made, and steps needing their outputs are skipped.
+        tool_results: where tool results come from: the actions, run live (the default),
+            or a cassette that records or serves them (`Tape.results`; a cassette's
+            `TapeApprover` wraps the approver, and the model client takes `Tape.answers`).
+        backend: where admitted calls of the families it takes are made (a Dask cluster:
+            `engine.backend`); by default, all of them in this process.
+    """
+
+    @collector_paused()  # it builds per-step state and frees nothing cyclic: no rescans
+    def __init__(
+        self,
+        plan: Plan,
+        *,
+        registry: Registry,
+        base_dir: Path,
+        inputs: Mapping[str, Any] | None = None,
+        inputs_from_text: bool = False,
+        approver: Approver | None = None,
+        events: EventBus | None = None,
+        sleep: Sleep = asyncio.sleep,
+        run_id: str | None = None,
+        secrets: Secrets | None = None,
+        agent_runner: AgentRunner | None = None,
+        llm: LLMClient | None = None,
+        preloaded: Mapping[str, StepResult] | None = None,
+        dry_run: bool = False,
+        tool_results: Results | None = None,
+        backend: Backend | None = None,
+    ) -> None:
+        plan = ensure_valid(plan, registry, base_dir=base_dir)  # a plan built in Python too
+        self.plan = plan
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        # Namespaces: `inputs.keys` / `steps.items` are the input and the step, as validated.
+        self.inputs = Namespace(resolve_inputs(plan, inputs or {}, from_text=inputs_from_text))
+        self.secrets = secrets if secrets is not None else Secrets.from_environ()
+        self.secrets.add_inputs(self.inputs)  # `-i api_token=...`: as the journal sees it
+        self.events = events or EventBus(self.run_id)
+        if self.events.redact is None:
+            self.events.redact = self.secrets.redact_value
+        approver = approver or FailClosed()
+        registry = registry.bind(plan.capabilities, base_dir)
+        self.gatekeeper = Gatekeeper(
+            approver, redact=self.secrets.redact_value, on_quit=self.cancel
+        )
+        self.sandbox = Sandbox(
+            registry,
+            plan.capabilities,
+            base_dir,
+            gate=self._gate,
+            events=self.events,
+            default_timeout=plan.limits.timeout,
+            max_tool_calls=plan.limits.max_tool_calls,
+            per_family=plan.limits.per_family,
+            ask=self._ask,
+            llm=llm,
+            results=tool_results or LiveResults(),
+            backend=backend,
+        )
+        self.registry = registry
+        self.llm = llm
+        self.preloaded = dict(preloaded or {})
+        self.sandbox.dry_run = dry_run
+        # Kept steps' calls count in this run's usage, and against its max_tool_calls.
+        self.sandbox.calls = sum(r.usage.tool_calls for r in self.preloaded.values())
+        if llm is not None:
+            ModelCallEvents(llm, self.events, spend=self._spend_model).install()
+            if "llm" in plan.limits.per_family:  # agents' model turns too, not only llm.*
+                llm.limit = asyncio.Semaphore(plan.limits.per_family["llm"])
+        # Each step's result once it ended (a step not in it is pending): a pending result
+        # made up front for every step cost a 100,000-step plan 50 MB.
+        self.results: dict[str, StepResult] = {}
+        self._started: dict[str, float] = {}  # monotonic start of each running step
+        self.errors: list[str] = []
+        # Compiled when a step starts and dropped when it ends: a plan of 100,000 steps
+        # never holds 100,000 compiled steps at once.
+        self._steps = {s.id: s for s in plan.all_steps()}
+        for section in ("steps", "finally"):  # found here, with the collector paused
+            plan_edges(plan, section)
+        self._compiled: dict[str, CompiledStep] = {}
+        # Model calls and tokens per running step; usages made, by value (see StepUsage).
+        self._model_spent: dict[str, list[int]] = {}
+        self._usages: dict[tuple[int, ...], StepUsage] = {}
+        self.agents = AgentSteps(
+            agent_runner, registry, self.sandbox, plan.capabilities, self._primary
+        )
+        self.attempts = Attempts(
+            self.events, self.sandbox, self.agents, self.secrets, sleep, plan.limits.max_parallel
+        )
+        self._final_ids = frozenset(s.id for s in plan.finally_)
+        self._view: Namespace = Namespace()
+        self._run_view: dict[str, Any] = {"id": self.run_id, "name": plan.name}
+        self._graph_task: asyncio.Task[None] | None = None
+        self._stop_reason: Literal["interrupted", "max_duration"] | None = None
+
+    # -- control -------------------------------------------------------------------------
+
+    def cancel(self) -> None:
+        """Interrupt the run: in-flight steps are cancelled, then `finally` steps run."""
+        if self._stop_reason is None:
+            self._stop_reason = "interrupted"
+        if self._graph_task is not None:
+            self._graph_task.cancel()
+
+    async def run(self) -> RunResult:
+        """Run the plan to the end and return what happened.
+
+        While it runs, objects that existed before it started (the plan, compiled
+        templates, imported modules) are frozen out of the cyclic garbage collector, which
+        then scans only what the run creates; on a large plan that is most of the engine's
+        per-step cost (see `engine._support.gc.heap_frozen`).
+        """
+        with heap_frozen():
+            async with contextlib.AsyncExitStack() as scopes:
+                await self._enter_scopes(scopes)
+                return await self._run()
+
+    async def _enter_scopes(self, stack: contextlib.AsyncExitStack) -> None:
+        """Enter each granted family's per-run state (`Family.scope`); left when the run
+        ends, however it ends (the `mcp` family stops its servers there)."""
+        backend = self.sandbox.backend
+        if backend is not None:  # its connection, on this run's event loop
+            await stack.enter_async_context(backend.scope())
+        for name, grant in self.sandbox.granted().items():
+            family = self.registry.families[name]
+            if family.scope is not None:
+                scope = family.scope(grant, self.sandbox.base_dir)
+                self.sandbox.scopes[name] = await stack.enter_async_context(scope)
+
+    async def _run(self) -> RunResult:
+        started = time.monotonic()
+        # Kept steps (a resumed run's, a replan's) end here with no events of their own:
+        # the run's start names them, so a subscriber counting ended steps counts them too.
+        kept: dict[str, Any] = {"kept": list(self.preloaded)} if self.preloaded else {}
+        self.events.emit("run.started", plan=self.plan.name, **kept)
+        for step_id, result in self.preloaded.items():
+            self._finish(step_id, result.model_copy(), emit=False)
+        deadline = started + self.plan.limits.max_duration
+        await self._run_graph("steps", self.plan.on_failure, deadline)
+        main = self._status(self.plan.steps)
+        self._run_view["status"] = main
+        if self.plan.finally_:
+            reason = self._stop_reason
+            self._stop_reason = None
+            final_deadline = max(deadline, time.monotonic() + self.plan.limits.timeout)
+            await self._run_graph("finally", "continue", final_deadline)
+            self._stop_reason = self._stop_reason or reason
+            if main == "succeeded" and self._status(self.plan.finally_) == "failed":
+                main = "failed"
+        outputs, unknown = self._outputs()
+        if main == "succeeded" and self.errors:
+            main = "failed"
+        self.events.emit("run.finished", status=main, seconds=time.monotonic() - started)
+        return RunResult(
+            run_id=self.run_id,
+            status=main,
+            steps={s.id: self.results.get(s.id) or StepResult() for s in self.plan.all_steps()},
+            outputs=outputs,
+            usage=self._usage(),
+            errors=[self.secrets.redact(error) for error in self.errors],
+            approvals=list(self.gatekeeper.decisions),
+            dry_run=self.attempts.would_run if self.sandbox.dry_run else None,
+            unknown_outputs=unknown,
+        )
+
+    def _status(self, steps: list[Step]) -> RunStatus:
+        if self._stop_reason == "interrupted":
+            return "cancelled"
+        if self._stop_reason == "max_duration":
+            return "failed"
+        ended = self.results
+        if any(s.id in ended and ended[s.id].status in BLOCKING for s in steps):
+            return "failed"
+        return "succeeded"
+
+    async def _run_graph(
+        self,
+        section: Literal["steps", "finally"],
+        on_failure: Literal["stop", "continue"],
+        deadline: float,
+    ) -> None:
+        steps = self.plan.steps if section == "steps" else self.plan.finally_
+        if not steps or self._stop_reason == "interrupted":
+            return
+        edges = plan_edges(self.plan, section)
+        if self.preloaded:  # done already: their dependents only wait for the rest
+            edges = edges.without(self.preloaded)
+        scheduler: Scheduler[StepResult] = Scheduler(
+            edges,
+            self._run_step,
+            max_parallel=self.plan.limits.max_parallel,
+            blocks=lambda result: result.status in BLOCKING,
+            crash=self._crashed,
+            skip=self._skipped,
+            on_block=on_failure,
+        )
+        task = asyncio.create_task(scheduler.run(), name="planloom-graph")
+        self._graph_task = task
+        timer = asyncio.get_running_loop().call_at(
+            asyncio.get_running_loop().time() + max(deadline - time.monotonic(), 0),
+            self._expire,
+        )
+        try:
+            await task
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if current is not None and current.cancelling():
+                raise  # we are being cancelled ourselves, not just the graph
+        finally:
+            timer.cancel()
+            self._graph_task = None
+        for step in steps:
+            if step.id in self.preloaded:
+                continue
+            if step.id in scheduler.running:
+                why = {
+                    "interrupted": "cancelled: the run was interrupted",
+                    "max_duration": "cancelled: the run exceeded limits.max_duration "
+                    f"({self.plan.limits.max_duration:g} s)",
+                }.get(self._stop_reason or "", "cancelled")
+                self._finish(step.id, StepResult(status="cancelled", error=why))
+            elif step.id not in scheduler.outcomes:
+                blocker = scheduler.stopped_by
+                why = (
+                    f"not started: step '{blocker}' failed (on_failure: stop)"
+                    if blocker
+                    else "not started: the run ended first"
+                )
+                self._finish(step.id, StepResult(status="pending", error=why), emit=False)
+
+    def _expire(self) -> None:
+        if self._stop_reason is None:
+            self._stop_reason = "max_duration"
+            self.errors.append(
+                f"the run exceeded limits.max_duration ({self.plan.limits.max_duration:g} s)"
+            )
+        if self._graph_task is not None:
+            self._graph_task.cancel()
+
+    # -- one step ------------------------------------------------------------------------
+
+    def _primary(self, step_id: str) -> CompiledAction:
+        """The running step's own action (a fallback's agent is told what failed)."""
+        return self._compiled[step_id].primary
+
+    async def _run_step(self, step_id: str) -> StepResult:
+        compiled = self._compiled[step_id] = CompiledStep(self._steps[step_id])
+        step = compiled.step
+        enter_scope(step_id)  # this step's task: what a cassette files its calls under
+        self._started[step_id] = time.monotonic()
+        self.events.emit("step.started", step_id)
+        if self.sandbox.dry_run:
+            skipped = self._dry_skip(step)
+            if skipped is not None:
+                return self._finish(step_id, skipped)
+        context = self._context(step_id)
+        try:
+            if compiled.when is not None and not compiled.when.render(context):
+                return self._finish(
+                    step_id, StepResult(status="skipped", error="skipped: 'when' was false")
+                )
+            if step.when is False:
+                return self._finish(
+                    step_id, StepResult(status="skipped", error="skipped: 'when' is false")
+                )
+            if compiled.for_each is not None:
+                return self._finish(step_id, await self.attempts.items(compiled, context))
+        except TemplateError as exc:
+            return self._finish(step_id, self._failed(step, exc, Tally()))
+        tally = Tally()
+        status, output, error = await self.attempts.chain(compiled, context, tally)
+        # A replay cannot show what came next; a call in doubt must stay a failure.
+        lost = step_id in self.attempts.mismatched or step_id in self.attempts.in_doubt
+        if status in ("failed", "denied") and step.can_fail and not lost:
+            status = "failed_acceptable"
+        return self._finish(
+            step_id, StepResult(status=status, output=output, error=error, attempts=tally.attempts)
+        )
+
+    def _dry_skip(self, step: Step) -> StepResult | None:
+        """In a dry run: skip steps needing outputs no one produced, and agent steps that
+        could make a call with side effects (one whose tools are all read-only runs)."""
+        needs = [dep for dep in step_dependencies(step) if dep in self.attempts.unknown]
+        if needs:
+            self.attempts.unknown.add(step.id)
+            return StepResult(
+                status="skipped",
+                error=f"dry run: needs the output of '{needs[0]}', unknown in a dry run",
+            )
+        if step.agent is not None:
+            writers = [name for name in step.agent.tools if not self._read_only(name)]
+            if writers:
+                self.attempts.unknown.add(step.id)
+                return StepResult(
+                    status="skipped",
+                    error=f"dry run: the agent may call {writers[0]}, which has side effects",
+                )
+        return None
+
+    def _read_only(self, name: str) -> bool:
+        action = self.registry.get(name)
+        return action is not None and action.side_effects is False
+
+    def _spend_model(self, step_id: str, prompt_tokens: int, completion_tokens: int) -> None:
+        spent = self._model_spent.get(step_id)
+        if spent is None:
+            spent = self._model_spent[step_id] = [0, 0, 0]
+        spent[0] += 1
+        spent[1] += prompt_tokens
+        spent[2] += completion_tokens
+
+    def _step_usage(self, step_id: str) -> StepUsage | None:
+        """What the step spent (taken from the counters), or None if it made no call.
+        Equal usages share one frozen instance."""
+        tools = self.sandbox.step_calls.pop(step_id, 0)
+        model = self._model_spent.pop(step_id, None)
+        if not tools and model is None:
+            return None
+        key = (*(model or (0, 0, 0)), tools)
+        usage = self._usages.get(key)
+        if usage is None:
+            usage = self._usages[key] = StepUsage(
+                llm_calls=key[0], prompt_tokens=key[1], completion_tokens=key[2], tool_calls=tools
+            )
+        return usage
+
+    def _usage(self) -> Usage:
+        usage = Usage(tool_calls=self.sandbox.calls)
+        if self.llm is not None:
+            budget = self.llm.budget
+            usage.llm_calls = budget.calls
+            usage.prompt_tokens = budget.prompt_tokens
+            usage.completion_tokens = budget.completion_tokens
+        return usage
+
+    async def _ask(self, step_id: str, question: BaseModel) -> Any:
+        assert isinstance(question, Question)
+        answer = await self.gatekeeper.ask(step_id, question)
+        self.events.emit("human.answered", step_id, question=question.question)
+        return answer
+
+    async def _gate(
+        self,
+        step_id: str,
+        action: str,
+        params: Any,
+        reason: str,
+        validate: Callable[[Any], str | None],
+        /,
+        *,
+        replayed: bool = False,
+        in_doubt: bool = False,
+    ) -> Any:
+        decision = await self.gatekeeper.decide(
+            step_id, action, params, reason, validate, replayed=replayed, in_doubt=in_doubt
+        )
+        # Every decision is audited with its source (`by`): approved or not.
+        edited = decision.edited_params is not None
+        detail = (
+            {"params_hash": decision.params_hash, "edited": edited}
+            if decision.approved
+            else {"reason": decision.reason}
+        )
+        self.events.emit(
+            "gate.decided",
+            step_id,
+            action=action,
+            approved=decision.approved,
+            by=decision.by,
+            in_doubt=in_doubt or None,
+            **detail,
+        )
+        if decision.skip:  # not made, as if its outcome were unknown: the step's rules apply
+            raise OutcomeUnknown(decision.reason or "skipped", step_id=step_id)
+        if not decision.approved:
+            raise ApprovalDenied(decision.reason, step_id=step_id, in_doubt=in_doubt)
+        return decision.edited_params if edited else params
+
+    # -- bookkeeping ---------------------------------------------------------------------
+
+    def _context(self, step_id: str) -> dict[str, Any]:
+        context: dict[str, Any] = {"inputs": self.inputs, "steps": self._view}
+        if step_id in self._final_ids:
+            context["run"] = self._run_view
+        return context
+
+    def _finish(self, step_id: str, result: StepResult, *, emit: bool = True) -> StepResult:
+        usage = self._step_usage(step_id)
+        if usage is not None:  # a step kept from before keeps what it spent then
+            # Not `result.usage = usage`: pydantic would also record the field as set,
+            # growing each result's set of set fields to 32 slots (50 MB at 100,000 steps).
+            result.__dict__["usage"] = usage
+        warnings = self.sandbox.step_warnings.pop(step_id, None)
+        if warnings:  # (a step kept from before keeps its own)
+            result.__dict__["warnings"] = warnings
+        started = self._started.pop(step_id, None)
+        if started is not None and self.sandbox.results.timed:  # (a kept step keeps its own)
+            result.__dict__["duration"] = round(time.monotonic() - started, 6)
+        transcript = self.agents.transcripts.get(step_id)
+        if transcript:
+            result.transcript = self.secrets.redact_value(transcript)
+        if result.error:
+            # Errors quote params, argv and URLs: they leave the run, so no secrets in them.
+            result.error = self.secrets.redact(result.error)
+        self.results[step_id] = result
+        self._compiled.pop(step_id, None)
+        if len(self.results) % _SETTLE_EVERY == 0:
+            freeze_survivors()  # the results so far: out of every later full collection
+        self._view[step_id] = {
+            "output": result.output,
+            "status": result.status,
+            "error": result.error,
+            "attempts": result.attempts,
+        }
+        if emit:
+            self.events.emit(
+                "step.finished",
+                step_id,
+                status=result.status,
+                attempts=result.attempts,
+                error=result.error,
+            )
+        return result
+
+    def _failed(self, step: Step, exc: StepError, tally: Tally) -> StepResult:
+        status: StepStatus = "failed_acceptable" if step.can_fail else "failed"
+        return StepResult(status=status, error=exc.message, attempts=tally.attempts)
+
+    def _crashed(self, step_id: str, exc: Exception) -> StepResult:
+        return self._finish(
+            step_id,
+            StepResult(status="failed", error=f"internal error: {type(exc).__name__}: {exc}"),
+        )
+
+    def _skipped(self, step_id: str, cause: str) -> StepResult:
+        return self._finish(
+            step_id,
+            StepResult(
+                status="skipped",
+                error=f"skipped: upstream step '{cause}' {self.results[cause].status}",
+            ),
+        )
+
+    def _outputs(self) -> tuple[dict[str, Any], dict[str, str] | None]:
+        """The plan's outputs; in a dry run, those left unknown (they read a step a dry run
+        did not run) are null, each with the reason."""
+        context = {"inputs": self.inputs, "steps": self._view, "run": self._run_view}
+        outputs: dict[str, Any] = {}
+        unknown: dict[str, str] | None = {} if self.sandbox.dry_run else None
+        for name, value in self.plan.outputs.items():
+            try:
+                compiled = compile_value(value)
+                needs = self._unknown_output(compiled) if unknown is not None else None
+                if unknown is not None and needs is not None:
+                    outputs[name] = None
+                    unknown[name] = f"needs the output of '{needs}', unknown in a dry run"
+                    continue
+                outputs[name] = compiled.render(context)
+            except (TemplateError, ValueError) as exc:
+                outputs[name] = None
+                self.errors.append(f"output '{name}': {exc}")
+        return outputs, unknown
+
+    def _unknown_output(self, compiled: ValueTemplate) -> str | None:
+        """The first step whose output `compiled` reads and a dry run left unknown (a
+        step's status and error are known; its output is not)."""
+        for template in compiled.templates:
+            for ref in template.references:
+                reads_output = ref[:1] == ("steps",) and ref[2:3] in ((), ("output",))
+                if reads_output and len(ref) >= 2 and ref[1] in self.attempts.unknown:
+                    return str(ref[1])
+        return None
+
+
+async def run_plan(plan: Plan, *, registry: Registry, base_dir: Path, **kwargs: Any) -> RunResult:
+    """Run `plan` once and return the result (see `Executor` for the arguments)."""
+    return await Executor(plan, registry=registry, base_dir=base_dir, **kwargs).run()
