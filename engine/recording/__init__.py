@@ -1,13 +1,13 @@
 """Recording and replaying a run: the `Tape` between the run and the world.
 
 A `Tape` wraps the places a run meets the world: `tape.answers` is the model client's
-`Answers`, `tape.results` the sandbox's `Results`, `tape.listings` the registry's
-`Listings` (the tools MCP servers list), and `TapeApprover` wraps the approver
-(`tape.decisions`, which also reviews model-written plans). In a replay it serves every
-recorded entry from the cassette (`engine.recording.cassette`) and never calls a model or
-makes a side effect; a request with no recording raises `ReplayMismatch`, which names the step and shows
-the nearest recorded request with a field-level diff. Modes are vcrpy's: `none` (replay
-only), `once` (replay if the cassette exists, else record), `new_episodes` (replay what is
+`Answers`, `tape.results` the sandbox's `Results`, `tape.listings` the registry's `Listings`
+(the tools MCP servers list), and `TapeApprover` wraps the approver (`tape.decisions`, which
+also reviews model-written plans). In a replay it serves every recorded entry from the
+cassette (`engine.recording.cassette`) and never calls a model or makes a side effect; a
+request with no recording raises `ReplayMismatch`, which names the step and shows the
+nearest recorded request with a field-level diff. Modes are vcrpy's: `none` (replay only),
+`once` (replay if the cassette exists, else record), `new_episodes` (replay what is
 recorded, record what is new) and `all` (record everything again). Secrets are redacted
 before anything is hashed or written.
 
