@@ -21,31 +21,56 @@ one clean line.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import functools
-import importlib
-import json
-import re
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, get_args
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
-from engine.errors import ConfigurationError, PlanloomError, StepError, StepFailed, StepTimeout
-from engine.limits import TooDeep, loads_json
-from engine.llm._text import bad_json, one_line, quoted_at, unfenced
+from engine.errors import ConfigurationError, PlanloomError, StepError, StepTimeout
+from engine.llm._stream import Assembly
+from engine.llm._text import one_line
+from engine.llm._types import (
+    JSON_MODES,
+    Answers,
+    ChatResult,
+    CutShort,
+    JsonMode,
+    LiveAnswers,
+    LLMError,
+    ModelCallCancelled,
+    NoJSON,
+    NotACompletion,
+    PromptTooLong,
+    TimedOut,
+    ToolCallRequest,
+    estimate_tokens,
+)
+from engine.llm._wire import (
+    backoff,
+    extract_json,
+    is_timeout,
+    message,
+    plain,
+    refused,
+    refuses_json_mode,
+    refuses_streaming,
+    timed_out,
+    transient,
+    transport,
+    why,
+)
 from engine.llm.config import Budget, LLMConfig, resolve_llm_config
-from engine.model import StructuredOutput
 from engine.model_schema import strict_schema, without_added_nulls
 from engine.redaction import Secrets
 
 if TYPE_CHECKING:
-    import openai
+    pass
 
 __all__ = [
+    "Answers",
     "Budget",
     "ChatResult",
     "LLMClient",
@@ -60,140 +85,10 @@ __all__ = [
     "resolve_llm_config",
 ]
 
-BACKOFF = (1.0, 2.0, 4.0)
-MAX_RETRY_AFTER = 60.0
 PROGRESS_EVERY = 0.5
 """Seconds at least between two reports of a streaming answer's progress (`on_progress`)."""
 
 Sleep = Callable[[float], Awaitable[None]]
-
-
-class LLMError(StepFailed):
-    """A model call failed for good (after retries), or its answer was unusable.
-
-    `status` is the HTTP status the endpoint answered with, when it answered one.
-    """
-
-    status: int | None = None  # (also what an error rebuilt from a recording starts with)
-
-    def __init__(self, message: str, *, status: int | None = None, **where: Any) -> None:
-        super().__init__(message, **where)
-        self.status = status
-
-
-class ModelCallCancelled(StepFailed):
-    """A model call cut off before it answered: it was made, and counts."""
-
-
-CHARS_PER_TOKEN = 3.0
-"""What `estimate_tokens` takes a token to be: fewer characters than English prose's four,
-as JSON, code and paths are; an estimate that errs towards not fitting."""
-
-
-def estimate_tokens(
-    messages: list[dict[str, Any]], tools: list[dict[str, Any]] | None = None
-) -> int:
-    """About how many tokens `messages` and `tools` take in a prompt (no tokenizer: the
-    endpoint's is unknown): their JSON's characters over CHARS_PER_TOKEN, and a few a
-    message for its role and separators."""
-    text = json.dumps([messages, tools or []], ensure_ascii=False, default=str)
-    return int(len(text) / CHARS_PER_TOKEN) + 4 * len(messages)
-
-
-class PromptTooLong(ConfigurationError):
-    """A request estimated not to fit the model's context window with its `max_tokens`."""
-
-    def __init__(self, tokens: int, max_tokens: int, window: int) -> None:
-        super().__init__(
-            f"the request takes about {tokens} tokens, and with max_tokens {max_tokens} it "
-            f"does not fit the model's context window of {window} (llm: context_window, "
-            "--llm-context or PLANLOOM_LLM_CONTEXT): grant fewer tools, lower max_tokens, "
-            "or use a model with a larger context"
-        )
-        self.tokens = tokens
-        self.window = window
-
-
-class NoJSON(LLMError):
-    """The model answered, but its answer is not one usable JSON value.
-
-    Attributes:
-        rule: `bad-json` (not exactly one complete JSON value), `cut-off` (the answer
-            stopped at `max_tokens`), or `too-deep` (the JSON nests deeper than `MAX_DEPTH`).
-    """
-
-    rule = "bad-json"
-
-    def __init__(self, message: str, *, rule: str = "bad-json") -> None:
-        super().__init__(message)
-        self.rule = rule
-
-
-class _NotACompletion(Exception):
-    """The endpoint answered 200 with something that is not a chat completion."""
-
-
-class _CutShort(Exception):
-    """A streamed answer ended before its finish chunk (the connection or body ended)."""
-
-
-class _TimedOut(Exception):
-    """A call ran past the configured `timeout`, counted over the whole call."""
-
-
-class ToolCallRequest(BaseModel):
-    """A tool call the model asked for; `arguments` is its raw JSON text."""
-
-    id: str
-    name: str
-    arguments: str
-
-
-class ChatResult(BaseModel):
-    """One model answer."""
-
-    content: str | None = None
-    tool_calls: list[ToolCallRequest] = []
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    latency: float = 0.0
-    # Why the answer ended ("stop", "length", "tool_calls"...); None when not said (and in
-    # cassettes and journals written before it was kept).
-    finish_reason: str | None = None
-
-
-JsonMode = StructuredOutput
-JSON_MODES: tuple[JsonMode, ...] = get_args(StructuredOutput)
-"""Structured output, tried in this order as endpoints refuse it: OpenAI's `json_schema`;
-llama-cpp-python's own `{"type": "json_object", "schema": ...}` (it refuses the first with a
-500, and enforces this one by a grammar); plain JSON mode; none (the prompt alone)."""
-
-
-class Answers(Protocol):
-    """Where a model's answers come from: the live endpoint (`LiveAnswers`), or a cassette
-    that records them or serves them (`engine.recording.Tape`)."""
-
-    async def chat(
-        self,
-        request: dict[str, Any],
-        live: Callable[[dict[str, Any]], Awaitable[ChatResult]],
-        served: Callable[[ChatResult], None],
-    ) -> ChatResult:
-        """The answer to `request`; `live(request)` asks the endpoint. An answer given
-        without asking it is passed to `served`, to be counted as the live call was."""
-        ...
-
-
-class LiveAnswers:
-    """Every answer comes from the endpoint."""
-
-    async def chat(
-        self,
-        request: dict[str, Any],
-        live: Callable[[dict[str, Any]], Awaitable[ChatResult]],
-        served: Callable[[ChatResult], None],
-    ) -> ChatResult:
-        return await live(request)
 
 
 @dataclass
@@ -267,7 +162,7 @@ class LLMClient:
         try:
             await self.client.models.list()
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise _refused(exc, f"{where}/models", before=True) from exc
+            raise refused(exc, f"{where}/models", before=True) from exc
         except openai.APIConnectionError as exc:
             raise ConfigurationError(
                 f"cannot reach the model endpoint {where}: {type(exc).__name__}; check "
@@ -284,7 +179,7 @@ class LLMClient:
                 max_tokens=1,
             )
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise _refused(exc, f"{where}/chat/completions", before=True) from exc
+            raise refused(exc, f"{where}/chat/completions", before=True) from exc
         except (openai.APIError, ValueError):
             pass  # not a key problem: the run's own calls retry it and report it
 
@@ -371,7 +266,7 @@ class LLMClient:
         if self.on_wait is not None:
             failed = state.outcome.exception() if state.outcome is not None else None
             seconds = state.next_action.sleep if state.next_action is not None else 0.0
-            self.on_wait(seconds, _why(failed))
+            self.on_wait(seconds, why(failed))
 
     async def _live(self, kwargs: dict[str, Any]) -> ChatResult:
         started = time.monotonic()
@@ -382,7 +277,7 @@ class LLMClient:
                 response = await self._create(kwargs, streams=streams)
                 break
             except LLMError as exc:
-                if streams and _refuses_streaming(exc):
+                if streams and refuses_streaming(exc):
                     # A server that does not stream: asked again at once, and from now on,
                     # without `stream` (a cancelled call then leaves it generating).
                     self.streams = False
@@ -404,9 +299,9 @@ class LLMClient:
         config = self.config
         retrying = AsyncRetrying(
             stop=stop_after_attempt(config.retries + 1),
-            wait=_backoff,
+            wait=backoff,
             retry=retry_if_exception(
-                lambda exc: _transient(exc) and (config.retry_timeouts or not _is_timeout(exc))
+                lambda exc: transient(exc) and (config.retry_timeouts or not is_timeout(exc))
             ),
             sleep=self.sleep,
             before_sleep=self._waiting,
@@ -420,17 +315,17 @@ class LLMClient:
                     attempts += 1
                     response = await self._attempt(kwargs, streams=streams)
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise _refused(exc, f"{where}/chat/completions", before=False) from exc
-        except (openai.APITimeoutError, _TimedOut) as exc:
-            raise StepTimeout(_timed_out(config, attempts, streamed=streams)) from exc
+            raise refused(exc, f"{where}/chat/completions", before=False) from exc
+        except (openai.APITimeoutError, TimedOut) as exc:
+            raise StepTimeout(timed_out(config, attempts, streamed=streams)) from exc
         except openai.APIStatusError as exc:
             raise LLMError(
-                f"the model endpoint answered {exc.status_code}: {_message(exc)}",
+                f"the model endpoint answered {exc.status_code}: {message(exc)}",
                 status=exc.status_code,
             ) from exc
         except openai.APIError as exc:
             raise LLMError(f"model call failed: {type(exc).__name__}: {exc}") from exc
-        except (ValueError, _NotACompletion, _CutShort) as exc:  # JSONDecodeError...
+        except (ValueError, NotACompletion, CutShort) as exc:  # JSONDecodeError...
             raise LLMError(f"the model endpoint sent a malformed response: {exc}") from exc
         return response
 
@@ -449,9 +344,9 @@ class LLMClient:
                 else:
                     response = await create(**kwargs)
         except TimeoutError as exc:  # asyncio.timeout's own: the stream is closed already
-            raise _TimedOut() from exc
+            raise TimedOut() from exc
         if isinstance(response, str | bytes):  # an HTML page from a proxy...
-            raise _NotACompletion(f"not JSON: {one_line(str(response), 200)!r}")
+            raise NotACompletion(f"not JSON: {one_line(str(response), 200)!r}")
         return response
 
     async def _assembled(self, stream: Any) -> Any:
@@ -462,16 +357,16 @@ class LLMClient:
         however this ends (cancelled, timed out, broken), so the connection is too.
 
         Raises:
-            _CutShort: the stream ended before a chunk gave the finish reason.
-            _NotACompletion: a 200 that is neither an event stream nor JSON.
+            CutShort: the stream ended before a chunk gave the finish reason.
+            NotACompletion: a 200 that is neither an event stream nor JSON.
         """
         try:
             kind = str(stream.response.headers.get("content-type", ""))
             if "event-stream" not in kind:  # a server that answers as if not asked to stream
-                return _plain(await _body(stream.response))
-            answer = _Assembly()
+                return plain(await _body(stream.response))
+            answer = Assembly()
             reported = time.monotonic()
-            with _transport(stream.response.request):  # (a body cut short, a reset)
+            with transport(stream.response.request):  # (a body cut short, a reset)
                 async for chunk in stream:
                     answer.add(chunk)
                     now = time.monotonic()
@@ -553,7 +448,7 @@ class LLMClient:
             try:
                 result = await self.chat(messages, response_format=response_format)
             except LLMError as exc:
-                if mode != "none" and _refuses_json_mode(exc):
+                if mode != "none" and refuses_json_mode(exc):
                     if self.config.structured_output is not None:  # fixed: said, not changed
                         raise LLMError(
                             f"{exc.message} (structured_output {mode} is set: unset it, or "
@@ -584,299 +479,7 @@ def _named(name: str, schema: dict[str, Any], strict: dict[str, Any] | None) -> 
     return {"name": name, "schema": strict, "strict": True}
 
 
-@dataclass
-class _Assembly:
-    """A streamed answer as its chunks come: the content, each tool call joined by its
-    `index`, the finish reason, the usage of the last chunk, and the chunks that carried
-    content or a call."""
-
-    content: list[str] | None = None
-    calls: dict[int, dict[str, Any]] = field(default_factory=dict)
-    finish: str | None = None
-    usage: Any = None
-    chunks: int = 0
-
-    def add(self, chunk: Any) -> None:
-        self.usage = getattr(chunk, "usage", None) or self.usage
-        for choice in getattr(chunk, "choices", None) or []:
-            if getattr(choice, "index", 0) != 0:
-                continue
-            text = getattr(choice.delta, "content", None)
-            deltas = getattr(choice.delta, "tool_calls", None) or []
-            if text is not None:
-                self.content = [*(self.content or []), text]
-            for position, call in enumerate(deltas):
-                _add_call(self.calls, call, position)
-            self.chunks += 1 if text or deltas else 0
-            self.finish = choice.finish_reason or self.finish
-
-    def completion(self) -> Any:
-        """The completion the chunks add up to.
-
-        Raises:
-            _CutShort: no chunk gave the finish reason: the stream stopped before its end.
-        """
-        from openai.types.chat import ChatCompletion
-
-        if self.finish is None:
-            raise _CutShort(f"the answer stream stopped before its end, after {self.chunks} chunks")
-        message: dict[str, Any] = {"role": "assistant", "content": _joined(self.content)}
-        if self.calls:
-            message["tool_calls"] = [
-                {"id": call["id"], "type": "function", "function": call["function"]}
-                for _, call in sorted(self.calls.items())
-            ]
-        usage = self.usage
-        if usage is None:
-            # No usage chunk (llama-cpp-python sends none): what was generated is counted a
-            # token a chunk, as such servers stream, so the run's token budget still holds;
-            # the prompt's size is not known (0).
-            usage = {
-                "prompt_tokens": 0,
-                "completion_tokens": self.chunks,
-                "total_tokens": self.chunks,
-            }
-        return ChatCompletion.construct(
-            choices=[{"index": 0, "message": message, "finish_reason": self.finish}],
-            usage=usage.model_dump() if hasattr(usage, "model_dump") else usage,
-        )
-
-
-def _add_call(calls: dict[int, dict[str, Any]], delta: Any, position: int) -> None:
-    """Add one tool call delta to the calls joined so far, by its `index` (its place in
-    the delta when it has none): the first id, the name and the arguments joined."""
-    index = getattr(delta, "index", None)
-    call = calls.setdefault(
-        index if isinstance(index, int) else position,
-        {"id": "", "function": {"name": "", "arguments": ""}},
-    )
-    call["id"] = call["id"] or (getattr(delta, "id", None) or "")
-    function = getattr(delta, "function", None)
-    name = getattr(function, "name", None) or ""
-    if name and name != call["function"]["name"]:  # some servers repeat the whole name
-        call["function"]["name"] += name
-    call["function"]["arguments"] += getattr(function, "arguments", None) or ""
-
-
-def _joined(parts: list[str] | None) -> str | None:
-    """The content a stream's pieces make: None when no chunk carried any (tool calls)."""
-    return None if parts is None else "".join(parts)
-
-
 async def _body(response: Any) -> bytes:
     """A response's whole body; transport errors become openai's, as for any call."""
-    with _transport(response.request):
+    with transport(response.request):
         return bytes(await response.aread())
-
-
-@contextlib.contextmanager
-def _transport(request: Any) -> Iterator[None]:
-    """The HTTP library's errors while a body is read (cut short, a connection reset, a
-    read timeout) as openai's, which it raises for the same while it sends a request: the
-    library is httpx2, or httpx under older openai clients, which do not translate errors
-    met reading a stream."""
-    import openai
-
-    timeouts, failures = _transport_errors()
-    try:
-        yield
-    except timeouts as exc:
-        raise openai.APITimeoutError(request=request) from exc
-    except failures as exc:
-        raise openai.APIConnectionError(request=request) from exc
-
-
-@functools.cache
-def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[BaseException], ...]]:
-    """(timeouts, other request errors) of the HTTP libraries installed."""
-    timeouts: list[type[BaseException]] = []
-    failures: list[type[BaseException]] = []
-    for name in ("httpx2", "httpx"):
-        try:
-            library = importlib.import_module(name)
-        except ImportError:
-            continue
-        timeouts.append(library.TimeoutException)
-        failures.append(library.RequestError)
-    return tuple(timeouts), tuple(failures)
-
-
-def _plain(body: bytes) -> Any:
-    """A 200 to a streamed request that is a plain completion, taken as it is."""
-    from openai.types.chat import ChatCompletion
-
-    try:
-        data = json.loads(body)
-    except ValueError:
-        data = None
-    if not isinstance(data, dict):
-        text = body[:2000].decode("utf-8", "replace")
-        raise _NotACompletion(f"not JSON: {one_line(text, 200)!r}")
-    return ChatCompletion.construct(**data)
-
-
-def _refuses_streaming(error: LLMError) -> bool:
-    """Whether the endpoint refused to stream: a 4xx (not a 429) whose body names `stream`
-    or `stream_options` (or speaks of streaming)."""
-    status = error.status
-    return (
-        status is not None
-        and 400 <= status < 500
-        and status != 429
-        and _STREAM.search(error.message.lower()) is not None
-    )
-
-
-_STREAM = re.compile(r"\bstream")
-
-
-def _refuses_json_mode(error: LLMError) -> bool:
-    """Whether the endpoint refused the call's `response_format`: any 4xx or 5xx whose
-    body names `response_format` or `json_schema` (llama-cpp-python answers a 500 naming
-    `response_format.type`), or a 400 or 422 that speaks of JSON. The status is the
-    error's, or (an error a cassette or a journal served) the one its message quotes."""
-    status = error.status
-    if status is None:
-        quoted = _ANSWERED.search(error.message)
-        status = int(quoted.group(1)) if quoted else None
-    if status is None or not 400 <= status < 600:
-        return False
-    text = error.message.lower()
-    return _names_format(text) or (status in (400, 422) and "json" in text)
-
-
-def _names_format(text: str) -> bool:
-    return "response_format" in text or "json_schema" in text
-
-
-_ANSWERED = re.compile(r"the model endpoint answered (\d{3}):")
-
-
-def extract_json(text: str) -> Any:
-    """The one JSON value `text` is: all of it but surrounding whitespace and at most one
-    enclosing Markdown code fence (```json ... ``` or ``` ... ```). A raw newline or tab
-    inside a string is read as itself: JSON says to escape it, but grammars that servers
-    compile from a schema (llama.cpp's `char ::= [^"\\] | ...`) let a model write it raw,
-    and what it means is not in doubt.
-
-    Raises:
-        NoJSON: `text` is not exactly one complete JSON value (rule `bad-json`: cut short,
-            two values, prose around it, none at all; the message gives the line, column
-            and text where it goes wrong), or it nests deeper than `MAX_DEPTH` (`too-deep`).
-    """
-    body, start = unfenced(text)
-    if not body:
-        raise NoJSON(
-            "the model's answer is not JSON: it is empty"
-            + (" (an empty code fence)" if text.strip() else "")
-        )
-    try:
-        return loads_json(body, strict=False)
-    except TooDeep as exc:
-        raise NoJSON(f"the model's answer is unusable: {exc.message}", rule=exc.rule) from None
-    except json.JSONDecodeError as exc:
-        if exc.pos == 0 and not any(bracket in body for bracket in "{["):
-            where = quoted_at(text, start)
-            raise NoJSON(
-                f"the model's answer is not JSON: it holds no JSON value, {where}"
-            ) from None
-        raise NoJSON(
-            f"the model's answer is not one complete JSON value: {bad_json(text, start, exc)}"
-        ) from None
-
-
-def _why(exc: BaseException | None) -> str:
-    """What a retried model call met, in a few words (no body: it may quote the prompt)."""
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        return "rate limited (429)" if exc.status_code == 429 else f"status {exc.status_code}"
-    if _is_timeout(exc):
-        return "timed out"
-    if isinstance(exc, openai.APIConnectionError):
-        return "connection failed"
-    return "a broken response"
-
-
-def _is_timeout(exc: BaseException | None) -> bool:
-    """Whether a call's attempt timed out (a read, or the whole call)."""
-    import openai
-
-    return isinstance(exc, openai.APITimeoutError | _TimedOut)
-
-
-def _transient(exc: BaseException) -> bool:
-    import openai
-
-    if isinstance(exc, openai.APIStatusError):
-        if _names_format(_message(exc).lower()):
-            return False  # the format refused: the same request fails again (chat_json)
-        return exc.status_code == 429 or exc.status_code >= 500
-    # A body that is not JSON (the client raises JSONDecodeError) is a broken response too,
-    # as is a stream cut before its end.
-    return isinstance(
-        exc,
-        openai.APITimeoutError
-        | openai.APIConnectionError
-        | ValueError
-        | _NotACompletion
-        | _CutShort
-        | _TimedOut,
-    )
-
-
-def _backoff(state: RetryCallState) -> float:
-    """1 s, 2 s, 4 s; a Retry-After header (seconds) wins, capped at a minute."""
-    import openai
-
-    delay = BACKOFF[min(state.attempt_number, len(BACKOFF)) - 1]
-    outcome = state.outcome
-    exc = outcome.exception() if outcome is not None else None
-    if isinstance(exc, openai.APIStatusError):
-        header = exc.response.headers.get("retry-after")
-        with contextlib.suppress(ValueError):  # an HTTP date: keep our own backoff
-            delay = min(float(header), MAX_RETRY_AFTER) if header is not None else delay
-    return delay
-
-
-def _message(exc: openai.APIStatusError) -> str:
-    """The server's error message, on one clean line (a traceback down to its last line)."""
-    body = exc.body
-    text: str | None = None
-    if isinstance(body, dict):
-        error = body.get("error", body)
-        if isinstance(error, dict) and error.get("message"):
-            text = str(error["message"])
-        elif isinstance(error, str) and error:
-            text = error
-        elif isinstance(body.get("detail"), str | list):
-            text = str(body["detail"])
-    if text is None:
-        text = exc.response.text if body is None or isinstance(body, str) else str(exc)
-    return one_line(text[:20_000], _BODY) or f"(no message; HTTP {exc.status_code})"
-
-
-_BODY = 300
-"""Characters of a server's error message shown."""
-
-
-def _timed_out(config: LLMConfig, attempts: int, *, streamed: bool) -> str:
-    """Why a call timed out, and how to wait longer."""
-    tries = f"{attempts} attempts" if attempts > 1 else "not retried"
-    if attempts <= 1 and not config.retry_timeouts and not streamed:
-        tries += ": a local server goes on generating the answer it was asked for"
-    return (
-        f"the model did not answer within {config.timeout:g} s ({tries}); raise the timeout "
-        "with --llm-timeout SECONDS, PLANLOOM_LLM_TIMEOUT or llm: timeout"
-    )
-
-
-def _refused(exc: openai.APIStatusError, endpoint: str, *, before: bool) -> ConfigurationError:
-    """The configuration error for a 401/403: which endpoint, and what to fix (`before`:
-    found before any step ran)."""
-    # The server's message is left out: some echo part of the key they refused.
-    return ConfigurationError(
-        f"the model endpoint {endpoint} refused the API key ({exc.status_code}): check "
-        "OPENAI_API_KEY, --base-url (or OPENAI_BASE_URL) and --model (or PLANLOOM_MODEL)"
-        + ("; nothing was run" if before else "")
-    )
