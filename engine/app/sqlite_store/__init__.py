@@ -25,140 +25,50 @@ chain has no key: it finds edits and damage, not a forger who computes it again.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
-import os
 import sqlite3
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, NoReturn, get_args
+from typing import Any, NoReturn
 
+from engine.app.sqlite_store._rows import (
+    BATCH,
+    BATCH_SECONDS,
+    BATCHED,
+    FIELDS,
+    FORMAT,
+    KINDS,
+    PACK,
+    SCHEMA,
+    Pending,
+    batched,
+    encode,
+    entries_named,
+    entry_hash,
+    first_hash,
+    is_alive,
+    missing_entries,
+    process_alive,
+    process_start,
+    record_of,
+    row_of,
+    storable,
+)
 from engine.errors import ConfigurationError
 from engine.store import Entry, EntryKind, JSONText, RunRecord
 
-__all__ = ["SqliteStore", "entry_hash", "first_hash", "is_alive", "open_store", "process_start"]
-
-FORMAT = 3
-"""2: entries are hash-chained (`journal.hash`, `runs.head`, `runs.entries`); 3: a batch may
-be one row (`BATCHED`). An older store is made this format when this planloom first opens
-it: format 1 is chained as it stands; format 2 needs nothing more (it has no batch rows)."""
-_KINDS = frozenset(get_args(EntryKind))
-BATCHED = "batch"
-"""The kind of a row holding a batch of entries: `[[at, kind, scope, data], ...]`."""
-
-
-def _encoder() -> Callable[[Any], str]:
-    """Compact JSON text of a value (`repr` of what JSON has no form for), by the C encoder
-    made once: `JSONEncoder.encode` makes one per call, a fifth of a journal entry's cost."""
-    make = getattr(json.encoder, "c_make_encoder", None)
-    if make is None:  # a Python built without the C accelerator
-        return json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), default=repr).encode
-    markers: dict[int, Any] = {}  # what is being encoded: a cycle is an error, not a hang
-    chunks = make(markers, repr, json.encoder.encode_basestring, None, ":", ",", False, False, True)
-
-    def encode(value: Any) -> str:
-        try:
-            return "".join(chunks(value, 0))
-        except BaseException:
-            markers.clear()  # left half-filled by the error
-            raise
-
-    return encode
-
-
-_encode = _encoder()
-
-
-def _storable(text: str) -> str:
-    """JSON text SQLite can store: a lone surrogate (from a server's message or a tool's
-    output) written as its JSON escape, which reads back as the same string."""
-    try:
-        text.encode("utf-8")
-    except UnicodeEncodeError:
-        return text.encode("utf-8", "backslashreplace").decode("utf-8")
-    return text
-
-
-BATCH = 256
-BATCH_SECONDS = 0.25
-PACK = 8
-
-_SCHEMA = """
-CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
-CREATE TABLE IF NOT EXISTS runs (
-    id TEXT PRIMARY KEY,
-    name TEXT NOT NULL,
-    recipe TEXT,
-    base_dir TEXT NOT NULL,
-    status TEXT NOT NULL,
-    started REAL NOT NULL,
-    finished REAL,
-    steps INTEGER NOT NULL DEFAULT 0,
-    done INTEGER NOT NULL DEFAULT 0,
-    usage TEXT NOT NULL DEFAULT '{}',
-    pid INTEGER,
-    pid_start TEXT,
-    segments INTEGER NOT NULL DEFAULT 1,
-    head TEXT,
-    entries INTEGER
-);
-CREATE TABLE IF NOT EXISTS journal (
-    run_id TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    at REAL NOT NULL,
-    kind TEXT NOT NULL,
-    scope TEXT,
-    data TEXT NOT NULL,
-    hash TEXT,
-    PRIMARY KEY (run_id, seq)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS runs_started ON runs (started);
-"""
-
-_FIELDS = (
-    "id",
-    "name",
-    "recipe",
-    "base_dir",
-    "status",
-    "started",
-    "finished",
-    "steps",
-    "done",
-    "usage",
-    "pid",
-    "pid_start",
-    "segments",
-)
-
-
-def process_start(pid: int) -> str | None:
-    """The start time of process `pid` (clock ticks since boot), or None if it is gone: a
-    zombie (killed, not yet reaped by its parent) is gone too."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    # The command name (field 2) may hold spaces and parentheses: split after the last ')'.
-    fields = stat.rsplit(")", 1)[-1].split()
-    if len(fields) <= 19 or fields[0] in ("Z", "X"):
-        return None
-    return fields[19]
-
-
-def first_hash(run_id: str, recipe: str | None, base_dir: str) -> str:
-    """What a run's first entry is chained to: its id and the fields a resume trusts (the
-    recipe read again, the folder its paths start in)."""
-    fixed = _encode(["planloom run", run_id, recipe, base_dir])
-    return hashlib.sha256(fixed.encode("utf-8", "surrogatepass")).hexdigest()
-
-
-def entry_hash(prev: str, seq: int, at: float, kind: str, scope: str | None, text: str) -> str:
-    """The hash of one entry, chained to `prev` (the entry before it, or `first_hash`)."""
-    where = "-" if scope is None else f"+{len(scope)}:{scope}"
-    whole = f"{prev}\n{seq}\n{at!r}\n{len(kind)}:{kind}\n{where}\n{text}"
-    return hashlib.sha256(whole.encode("utf-8", "surrogatepass")).hexdigest()
+__all__ = [
+    "BATCHED",
+    "FORMAT",
+    "PACK",
+    "SqliteStore",
+    "entry_hash",
+    "first_hash",
+    "is_alive",
+    "open_store",
+    "process_start",
+]
 
 
 def open_store(path: str | Path, *, create: bool = True) -> SqliteStore:
@@ -185,7 +95,7 @@ class SqliteStore:
             self._db = sqlite3.connect(path, timeout=10.0, isolation_level=None)
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute("PRAGMA synchronous=NORMAL")
-            self._db.executescript(_SCHEMA)
+            self._db.executescript(SCHEMA)
             found = self._db.execute("SELECT value FROM meta WHERE key='format'").fetchone()
             if found is None:
                 self._db.execute("INSERT OR IGNORE INTO meta VALUES ('format', ?)", (str(FORMAT),))
@@ -210,7 +120,7 @@ class SqliteStore:
         except OSError as exc:
             self._close_quietly()
             raise ConfigurationError(f"run store {path}: {exc.strerror or exc}") from None
-        self._pending: list[_Entry] = []
+        self._pending: list[Pending] = []
         self._since = time.monotonic()
         self._seq: dict[str, int] = {}
         self._head: dict[str, str] = {}
@@ -253,9 +163,9 @@ class SqliteStore:
         head = first_hash(record.id, record.recipe, record.base_dir)
         with self._transaction():
             self._db.execute(
-                f"INSERT INTO runs ({', '.join(_FIELDS)}, head, entries) "
-                f"VALUES ({', '.join('?' * len(_FIELDS))}, ?, 0)",
-                (*_row(record), head),
+                f"INSERT INTO runs ({', '.join(FIELDS)}, head, entries) "
+                f"VALUES ({', '.join('?' * len(FIELDS))}, ?, 0)",
+                (*row_of(record), head),
             )
         self._seq[record.id] = 0
         self._head[record.id] = head
@@ -267,7 +177,7 @@ class SqliteStore:
             record = self.get(run_id)
             if record is None:
                 raise ConfigurationError(f"unknown run id {run_id!r}")
-            if record.status == "running" and _alive(record.pid, record.pid_start):
+            if record.status == "running" and process_alive(record.pid, record.pid_start):
                 raise ConfigurationError(
                     f"run {run_id} is still running (process {record.pid}); stop it first"
                 )
@@ -297,9 +207,9 @@ class SqliteStore:
     ) -> None:
         seq = self._seq[run_id]
         self._seq[run_id] = seq + 1
-        text = str(data) if isinstance(data, JSONText) else _encode(data)
+        text = str(data) if isinstance(data, JSONText) else encode(data)
         if not text.isascii():
-            text = _storable(text)
+            text = storable(text)
         self._pending.append((run_id, seq, time.time(), kind, scope, text))
         if durable:
             with self._transaction():
@@ -308,7 +218,7 @@ class SqliteStore:
             self.flush()
 
     def update(self, run_id: str, **fields: Any) -> None:
-        unknown = set(fields) - set(_FIELDS)
+        unknown = set(fields) - set(FIELDS)
         if unknown:
             raise ValueError(f"unknown run fields: {sorted(unknown)}")
         values = [json.dumps(v) if k == "usage" else v for k, v in fields.items()]
@@ -346,7 +256,7 @@ class SqliteStore:
         pending = self._pending
         if pending:
             heads: dict[str, str] = {}
-            rows = [*_batched(pending[: len(pending) - alone]), *pending[len(pending) - alone :]]
+            rows = [*batched(pending[: len(pending) - alone]), *pending[len(pending) - alone :]]
             hashed = []
             for run_id, seq, at, kind, scope, text in rows:
                 prev = heads.get(run_id) or self._head[run_id]
@@ -382,15 +292,15 @@ class SqliteStore:
 
     def get(self, run_id: str) -> RunRecord | None:
         row = self._db.execute(
-            f"SELECT {', '.join(_FIELDS)} FROM runs WHERE id=?", (run_id,)
+            f"SELECT {', '.join(FIELDS)} FROM runs WHERE id=?", (run_id,)
         ).fetchone()
-        return _record(row) if row is not None else None
+        return record_of(row) if row is not None else None
 
     def runs(self, limit: int = 50) -> list[RunRecord]:
         rows = self._db.execute(
-            f"SELECT {', '.join(_FIELDS)} FROM runs ORDER BY started DESC LIMIT ?", (limit,)
+            f"SELECT {', '.join(FIELDS)} FROM runs ORDER BY started DESC LIMIT ?", (limit,)
         ).fetchall()
-        return [_record(row) for row in rows]
+        return [record_of(row) for row in rows]
 
     def journal(self, run_id: str) -> list[Entry]:
         """A run's journal, in order, checked whole against its chain.
@@ -426,24 +336,24 @@ class SqliteStore:
         expected = 0
         for (seq, at, kind, scope, text, stored), size in zip(rows, sizes, strict=True):
             if seq != expected:
-                where = _named(seq, kind, size)
-                self._edited(run_id, f"{_missing(expected, seq)} missing before {where}")
+                where = entries_named(seq, kind, size)
+                self._edited(run_id, f"{missing_entries(expected, seq)} missing before {where}")
             head = entry_hash(head, seq, at, str(kind), scope, str(text))
             if stored != head:
                 self._edited(
                     run_id,
-                    f"{_named(seq, kind, size)} {'is' if size == 1 else 'are'} not the one"
+                    f"{entries_named(seq, kind, size)} {'is' if size == 1 else 'are'} not the one"
                     f"{'' if size == 1 else 's'} planloom wrote there (edited, moved or "
                     "inserted, or the run's recipe or folder was changed)",
                 )
             expected += size
         if expected < count:
-            self._edited(run_id, f"{_missing(expected, count)} missing at its end")
+            self._edited(run_id, f"{missing_entries(expected, count)} missing at its end")
         if expected > count or head != last:
             seq, _, kind, _, _, _ = rows[-1] if rows else (-1, 0, "-", 0, 0, 0)
             self._edited(
                 run_id,
-                f"{_named(seq, kind, sizes[-1] if sizes else 1)} is not the last one "
+                f"{entries_named(seq, kind, sizes[-1] if sizes else 1)} is not the last one "
                 f"planloom wrote (it wrote {count} entries)",
             )
 
@@ -478,7 +388,7 @@ class SqliteStore:
             "its data is not a JSON object"
             if not isinstance(data, dict)
             else f"its kind {kind!r} is unknown"
-            if kind not in _KINDS
+            if kind not in KINDS
             else "its time or scope is not what planloom writes"
             if not isinstance(at, int | float) or not (scope is None or isinstance(scope, str))
             else None
@@ -496,90 +406,3 @@ class SqliteStore:
     def integrity(self) -> str:
         """SQLite's own check of the file: `ok`, or what is wrong."""
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
-
-
-_Entry = tuple[str, int, float, str, str | None, str]
-"""An entry to write: run id, seq, time, kind, scope, data (JSON text)."""
-
-
-def _batched(pending: list[_Entry]) -> list[_Entry]:
-    """`pending` as rows: each run of `PACK` or more entries of one run as one row (of kind
-    `BATCHED`, numbered as its first entry, at its time), the others as they are."""
-    rows: list[_Entry] = []
-    start = 0
-    while start < len(pending):
-        run_id = pending[start][0]
-        end = start + 1
-        while end < len(pending) and pending[end][0] == run_id:
-            end += 1
-        if end - start < PACK:
-            rows += pending[start:end]
-        else:
-            _, seq, at, _, _, _ = pending[start]
-            packed = ",".join(
-                f'[{at!r},"{kind}",{"null" if scope is None else _encode(scope)},{text}]'
-                for _, _, at, kind, scope, text in pending[start:end]
-            )
-            rows.append((run_id, seq, at, BATCHED, None, f"[{packed}]"))
-        start = end
-    return rows
-
-
-def _alive(pid: int | None, start: str | None) -> bool:
-    if pid is None:
-        return False
-    if pid == os.getpid():
-        return True
-    now = process_start(pid)
-    return now is not None and (start is None or now == start)
-
-
-def is_alive(record: RunRecord) -> bool:
-    """Whether the process running `record` is still there."""
-    return record.status == "running" and _alive(record.pid, record.pid_start)
-
-
-def _row(record: RunRecord) -> tuple[Any, ...]:
-    values = {name: getattr(record, name) for name in _FIELDS}
-    values["usage"] = json.dumps(values["usage"])
-    return tuple(values[name] for name in _FIELDS)
-
-
-def _record(row: tuple[Any, ...]) -> RunRecord:
-    """A row as a `RunRecord`; a field edited into another type reads as its default."""
-    values = dict(zip(_FIELDS, row, strict=True))
-    try:
-        usage = json.loads(values["usage"] or "{}")
-    except (TypeError, ValueError):
-        usage = {}
-    values["usage"] = usage if isinstance(usage, dict) else {}
-    for name, kind, default in _TYPED:
-        if not isinstance(values[name], kind) or isinstance(values[name], bool):
-            values[name] = default
-    for name in ("id", "name", "base_dir", "status"):
-        values[name] = str(values[name])
-    return RunRecord(**values)
-
-
-_TYPED: tuple[tuple[str, type | tuple[type, ...], Any], ...] = (
-    ("started", (int, float), 0.0),
-    ("finished", (int, float, type(None)), None),
-    ("steps", int, 0),
-    ("done", int, 0),
-    ("pid", (int, type(None)), None),
-    ("pid_start", (str, type(None)), None),
-    ("segments", int, 1),
-    ("recipe", (str, type(None)), None),
-)
-
-
-def _named(seq: int, kind: str, size: int) -> str:
-    """`entry 7 (intent)`, or a batch row's `entries 7 to 30 (a batch)`."""
-    if size == 1 and kind != BATCHED:
-        return f"entry {seq} ({kind})"
-    return f"entries {seq} to {seq + size - 1} (a batch)"
-
-
-def _missing(first: int, end: int) -> str:
-    """`entry 15 is` or `entries 16 to 97 are`: the numbers from `first` to before `end`."""
-    return f"entry {first} is" if end == first + 1 else f"entries {first} to {end - 1} are"
