@@ -48,6 +48,7 @@ HEAVY = (
 # What the grammar of the command line is made of: nothing else of ours is imported.
 HELP_MODULES = {
     "engine",
+    "engine._support",
     "engine._support.gc",
     "engine.errors",
     "engine.app",
