@@ -17,21 +17,18 @@ Regex tests and filters go through `engine.regex`, bounded by the render's deadl
 from __future__ import annotations
 
 import functools
-import posixpath
 import re
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import jinja2
 from jinja2 import nodes
-from jinja2.filters import make_attrgetter, sync_do_join
-from jinja2.nodes import EvalContext
 
 from engine import regex
 from engine.errors import TemplateError
-from engine.limits import loads_json
 from engine.templating._data import as_data
+from engine.templating._extras import basename, fromjson, join, match, regex_replace, search, split
 from engine.templating._limits import (
     BoundedEnvironment,
     TemplateLimit,
@@ -39,7 +36,6 @@ from engine.templating._limits import (
     check_depth,
     check_size,
     checked_nodes,
-    deadline,
     finalize,
     size_of,
 )
@@ -65,58 +61,6 @@ _NOT_NAMES = _JINJA_GLOBALS | {"true", "false", "none", "True", "False", "None"}
 
 Reference = tuple[str | int, ...]
 """A path read by a template, from its root name: `("steps", "log", "output")`."""
-
-
-def _match(value: Any, pattern: str) -> bool:
-    return isinstance(value, str) and _user_regex(regex.match, pattern, value) is not None
-
-
-def _search(value: Any, pattern: str) -> bool:
-    return isinstance(value, str) and _user_regex(regex.search, pattern, value) is not None
-
-
-def _regex_replace(value: str, pattern: str, replacement: str = "") -> str:
-    written = 0
-
-    def expand(found: Any) -> str:  # counts what it writes: `\g<0>` can repeat the input
-        nonlocal written
-        text: str = found.expand(replacement)
-        written += len(text)
-        check_size(len(value) + written, "regex_replace")
-        return text
-
-    result: str = _user_regex(regex.sub, pattern, expand, value)
-    return result
-
-
-def _user_regex(run: Callable[..., Any], pattern: str, *args: Any) -> Any:
-    try:
-        return run(pattern, *args, deadline=deadline())
-    except regex.RegexTimeout as exc:
-        raise TemplateLimit(str(exc)) from exc
-
-
-def _fromjson(value: str) -> Any:
-    return loads_json(value)  # nesting past engine.limits.MAX_DEPTH: a clear TooDeep
-
-
-def _basename(value: str) -> str:
-    return posixpath.basename(value)
-
-
-def _split(value: str, separator: str | None = None, maxsplit: int = -1) -> list[str]:
-    return value.split(separator, maxsplit)
-
-
-@jinja2.pass_eval_context
-def _join(
-    eval_ctx: EvalContext, value: Iterable[Any], d: str = "", attribute: str | int | None = None
-) -> str:
-    """Jinja's `join`, with null joined as nothing, as `${{ none }}` prints (a failed
-    `for_each` item is null: its text is empty, not "None")."""
-    if attribute is not None:
-        value = map(make_attrgetter(eval_ctx.environment, attribute), value)
-    return sync_do_join(eval_ctx, ("" if item is None else item for item in value), d)
 
 
 class Namespace(dict[str, Any]):
@@ -165,9 +109,9 @@ _env = _Sandbox(
     finalize=finalize,
 )
 # Helpers recipes keep needing (as in Ansible and GitHub Actions): regex tests and filters.
-_env.tests.update(match=_match, search=_search)
+_env.tests.update(match=match, search=search)
 _env.filters.update(
-    regex_replace=_regex_replace, fromjson=_fromjson, basename=_basename, split=_split, join=_join
+    regex_replace=regex_replace, fromjson=fromjson, basename=basename, split=split, join=join
 )
 _env.guard_all()
 _REGEX_TAKERS = {(nodes.Test, "match"), (nodes.Test, "search"), (nodes.Filter, "regex_replace")}
