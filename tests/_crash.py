@@ -56,9 +56,9 @@ LEDGER_STEPS = ("one", "two", "three", "tidy", "close")
 HOLD = 60.0  # seconds a held call waits at most: a test that forgets to release still ends
 WATCH = 60.0  # seconds to wait for a moment: generous on a loaded machine
 POLL = 0.005  # seconds between looks at the journal and the ledger
-GONE_WITHIN = 1.0  # PRODUCT.md: nothing a killed run started is alive 1 s later
+GONE_WITHIN = 1.0  # the README's "Durable runs": nothing a killed run started is alive 1 s later
 KEPT = frozenset({"succeeded", "fallback", "failed_acceptable", "skipped"})
-"""The statuses a resume keeps (PRODUCT.md)."""
+"""The statuses a resume keeps (the README's "Durable runs")."""
 
 _HEAD = """\
 version: 1

@@ -1,6 +1,6 @@
 """Plan review and confirmation gates, driven through the real CLI in a pseudo-terminal.
 
-PRODUCT.md "Confirmation gates": a person at a terminal approves, edits (in `$EDITOR`) or
+the README's "Confirmation gates": a person at a terminal approves, edits (in `$EDITOR`) or
 rejects an LLM plan, and answers each gate with approve / deny with a reason / edit params /
 approve all remaining / quit. With no terminal and no flag every gate is denied.
 

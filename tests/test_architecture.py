@@ -1,4 +1,4 @@
-"""The layers point one way (PRODUCT.md, "Architecture: arrows point one way").
+"""The layers point one way (ARCHITECTURE.md).
 
 The core (`engine/`, less the composition root) imports neither `capabilities` nor
 `planners`; `capabilities` and `planners` import only the core and their own package, never

@@ -1,5 +1,5 @@
 """Capability families are found through the `planloom.capabilities` entry-point group:
-the built-in ones and a separate package's alike (PRODUCT.md, "Architecture")."""
+the built-in ones and a separate package's alike (ARCHITECTURE.md)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 
 Every call has a timeout and stdin on /dev/null (so no terminal approver). Recipes come
 from `tests/data/cli/` and are copied into `tmp_path`, so whatever a run writes stays there.
-Exit codes, `--json` and stderr/stdout separation are PRODUCT.md's "CLI" contract.
+Exit codes, `--json` and stderr/stdout separation are the README's "Command line".
 """
 
 from __future__ import annotations

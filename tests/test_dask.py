@@ -3,8 +3,8 @@
 The cluster is real: a `dask scheduler` and a `dask worker` with two worker processes
 (each under its nanny, which starts a new one when it dies), started by the fixture as a
 user would start them; `planloom` runs as the console script in a subprocess. The plugin
-`tests/data/dask/dask_plugin.py` is importable on both sides (PYTHONPATH), as PRODUCT.md
-says user capabilities must be.
+`tests/data/dask/dask_plugin.py` is importable on both sides (PYTHONPATH), as the README's
+"Scale-out on Dask" says user capabilities must be.
 """
 
 from __future__ import annotations

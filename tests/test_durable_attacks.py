@@ -1,4 +1,4 @@
-"""Attacks on durable runs (PRODUCT.md "Durable runs, run history and reports"): what a
+"""Attacks on durable runs (the README's "Durable runs"): what a
 demanding user or an attacker who controls an input, a tool's or model's output, or the
 store file can make `planloom run` / `resume` / `runs` / `show` / `report` do.
 

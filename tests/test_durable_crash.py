@@ -1,6 +1,6 @@
 """Durable runs under `kill -9`: the crash battery, through the real `planloom` command.
 
-PRODUCT.md "Durable runs": a `kill -9` at any instant leaves a consistent store; no process
+the README's "Durable runs": a `kill -9` at any instant leaves a consistent store; no process
 a run started outlives it; `planloom resume` keeps what ended well, serves the calls whose
 results were journaled, and never repeats silently a side-effect call that was in flight
 (only an idempotent step runs it again unasked; a person at a terminal may approve it;

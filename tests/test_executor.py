@@ -1,4 +1,4 @@
-"""The executor against PRODUCT.md "Step semantics", one focused test per rule.
+"""The executor against the README's "Step semantics", one focused test per rule.
 
 Every run goes through `ScriptedTools` (`test.run` is read-only, `test.write` is gated) and
 the real validation, so a recipe here is a recipe a user could write. Every helper run also

@@ -1,5 +1,5 @@
-"""A run reports `succeeded` only when its steps did what the plan says (PRODUCT.md wave 3,
-"Honest runs"): a plan or recipe with no steps is `error[empty-plan]`; an agent step with
+"""A run reports `succeeded` only when its steps did what the plan says (the README's
+"Models"): a plan or recipe with no steps is `error[empty-plan]`; an agent step with
 `min_tool_calls` that answers before making them is told once, then fails
 (`agent.no-tool-calls`); an endpoint that drops the tools it was sent is named; the agent a
 goal falls back to must use a tool. Through the real `planloom` command, the model a

@@ -1,4 +1,4 @@
-"""The run store and the journal (PRODUCT.md "Durable runs, run history and reports"): what
+"""The run store and the journal (the README's "Durable runs"): what
 a store is and refuses, what a run leaves in it, and what a resume serves from it instead
 of doing again.
 

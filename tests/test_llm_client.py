@@ -2,7 +2,7 @@
 
 Retries never really wait: the client gets an injected sleep that records the delays it was
 asked for, so the backoff schedule (1 s, 2 s, 4 s, Retry-After wins) is asserted exactly.
-PRODUCT.md "LLM": 429/5xx/timeouts retry with backoff; 401/403 and missing keys are
+the README's "Models": 429/5xx/timeouts retry with backoff; 401/403 and missing keys are
 configuration errors; no key is needed for a base URL on loopback.
 """
 
@@ -458,7 +458,7 @@ def test_extract_json(text: str, value: Any) -> None:
 
 
 # Answers that are not exactly one JSON value: each is refused, none read "leniently" (the
-# first object inside, a fenced block among prose), as PRODUCT.md's "Honest runs" says.
+# first object inside, a fenced block among prose), as the README's "Models" says.
 NOT_ONE_VALUE = [
     "",
     "   ",

@@ -1,4 +1,4 @@
-"""Model endpoints' limits and refusals (PRODUCT.md wave 3, "Honest runs", "Model endpoints").
+"""Model endpoints' limits and refusals (the README's "Models").
 
 - An answer that is not exactly one complete JSON value is `bad-json` (located, quoted), one
   stopped at `max_tokens` is `cut-off`: never "the first object inside".

@@ -1,4 +1,4 @@
-"""Model calls stream (PRODUCT.md wave 3, "Model endpoints").
+"""Model calls stream (the README's "Models").
 
 - Calls ask `stream: true` with usage included, and the chunks add up to the very answer a
   plain completion gives: same `ChatResult`, same cassette.

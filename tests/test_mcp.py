@@ -2,7 +2,7 @@
 subprocess, the notes server (`tests/mcp_servers/notes_server.py`, written with the MCP SDK)
 started by planloom from the recipe's folder.
 
-Shown here (PRODUCT.md "MCP servers as capabilities"): a call's output and its structured
+Shown here (the README's "MCP servers"): a call's output and its structured
 part in later steps; `isError` fails the step, so retry, fallback and `can_fail` apply;
 read-only tools run ungated and the rest are gated (at a terminal, the gate says which
 tools the server marks destructive); the located diagnostics of validation (unknown tool,

@@ -2,7 +2,7 @@
 notes server started by planloom, and a scripted model behind `FakeOpenAIServer` on
 127.0.0.1 in this test process.
 
-Shown here (PRODUCT.md "MCP servers as capabilities"): the model sees a step's MCP tools as
+Shown here (the README's "MCP servers"): the model sees a step's MCP tools as
 `mcp__<server>__<tool>` functions with the tool's input schema; its calls, two in one turn
 included, reach the server; a tool the grant withholds or the step does not offer is refused
 without running (the notes file is the evidence) and the model is told; a side effect goes

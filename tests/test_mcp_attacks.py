@@ -621,7 +621,8 @@ def test_a_lying_read_only_tool_runs_ungated_but_stays_in_its_folder(
 
     result = run_recipe_text(text, build_registry(), base_dir=folder.root, approver=approver)
 
-    # The server's word is the only word on read-only (PRODUCT.md): no gate was asked...
+    # The server's word is the only word on read-only (the README's "MCP servers"): no gate
+    # was asked...
     assert approver.requests == []
     # ...but what it does is still confined to its folder.
     assert result.steps["lie"].status == "failed"

@@ -1,7 +1,7 @@
 """MCP servers over streamable HTTP, end to end: the notes server started by the test on a
 free port of 127.0.0.1, and the real `planloom` command in a subprocess granted its URL.
 
-Shown here (PRODUCT.md "MCP servers as capabilities"): listing, calls, structured output,
+Shown here (the README's "MCP servers"): listing, calls, structured output,
 `isError`, gates and validation work as over stdio; `headers_from_env` sends the header
 (the server reports a digest of what it received) and its value never reaches the `--json`
 output, stderr or `--log-file`; plain http to anything but loopback, and a server that is

@@ -2,7 +2,7 @@
 server (and a scripted model behind `FakeOpenAIServer`) replays with the server's script
 deleted and no model up.
 
-Shown here (PRODUCT.md "MCP servers as capabilities", "Record and replay"): `planloom replay`
+Shown here (the README's "MCP servers", "Record and replay"): `planloom replay`
 and `planloom run --replay` reproduce the recorded statuses, outputs and usage, start no
 server and make no side effect; a changed side-effect call is not served from the cassette.
 """

@@ -1,9 +1,9 @@
 """`planloom plan` and model-backed `planloom run`, end to end: the real console script in a
 subprocess, talking over 127.0.0.1 to a `FakeOpenAIServer` that runs in this test process.
 
-Every call has a timeout and stdin on /dev/null (so no terminal approver). PRODUCT.md "CLI"
-and "LLM": exit codes 0/1/2/3, `--json` on stdout, 401 and missing configuration reported
-before any step runs, 429 retried with backoff.
+Every call has a timeout and stdin on /dev/null (so no terminal approver). The README's
+"Command line" and "Models": exit codes 0/1/2/3, `--json` on stdout, 401 and missing
+configuration reported before any step runs, 429 retried with backoff.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`planners.llm.LLMPlanner` with the real `LLMClient` over HTTP to the local fake model.
 
-PRODUCT.md "LLM": planner output is a typed `Plan`, repaired from validation errors up to 2
+the README's "Models": planner output is a typed `Plan`, repaired from validation errors up to 2
 times (the JSON error list goes back to the model), else the goal falls back to a ReAct
 loop. The plans are then run by the real executor with `ScriptedTools`, which record when
 each call started and ended, so parallelism is asserted from timestamps.

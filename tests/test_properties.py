@@ -4,7 +4,7 @@ Each example is a random acyclic plan (edges only from lower to higher step inde
 steps call scripted fake tools: per attempt the tool succeeds, fails, raises, or hangs past
 a short timeout; steps draw random retries, `can_fail`, fallbacks, `when`, approval gates,
 and the plan draws `on_failure` and `limits.max_parallel`. The oracle below computes every
-step's status from PRODUCT.md "Step semantics" alone, without looking at the engine.
+step's status from the README's "Step semantics" alone, without looking at the engine.
 """
 
 from __future__ import annotations
@@ -200,7 +200,7 @@ def execute(spec: PlanSpec) -> Outcome:
 
 @dataclass(frozen=True)
 class Expected:
-    statuses: frozenset[str]  # more than one only where PRODUCT.md leaves a choice
+    statuses: frozenset[str]  # more than one only where the README leaves a choice
     primary_calls: int
     fallback_calls: int
 
@@ -232,7 +232,7 @@ def own_outcome(s: StepSpec) -> Expected:
     if s.can_fail:
         status = {"failed_acceptable"}
     elif denied and s.fallback is not None:
-        # Denied, then the fallback failed: PRODUCT.md does not say which of the two
+        # Denied, then the fallback failed: the README does not say which of the two
         # blocking statuses wins; both fail the run and block dependents the same way.
         status = {"denied", "failed"}
     else:

@@ -2,7 +2,7 @@
 model behind a real OpenAI-compatible HTTP server on 127.0.0.1 (`FakeOpenAIServer`), real
 tools on real files.
 
-Shown here (PRODUCT.md "Record and replay"):
+Shown here (the README's "Record and replay"):
 - a recorded run replays with the server stopped: same statuses, outputs and call counts,
   with no side effect made and no model reached; a re-record is byte-identical;
 - a changed prompt, a deleted entry or a changed gated call fails the replay, naming the

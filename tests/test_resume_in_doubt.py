@@ -1,4 +1,4 @@
-"""A call in doubt decided without a terminal (PRODUCT.md "Durable runs (additions)"):
+"""A call in doubt decided without a terminal (the README's "Durable runs"):
 `planloom resume ID --redo STEP` makes STEP's call in doubt again (`by: --redo`), `--skip
 STEP` ends the step failed without it (its fallback and `can_fail` apply); a name that is
 not in doubt is exit 2 naming the steps that are; changing only `idempotent`, `confirm`,

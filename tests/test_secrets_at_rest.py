@@ -1,4 +1,4 @@
-"""No secret at rest in clear (PRODUCT.md "Durable runs (additions)"): the run store, its
+"""No secret at rest in clear (the README's "Durable runs"): the run store, its
 write-ahead log and a run's HTML report never hold a secret the run knew of, and a resume
 takes a secret input again instead of reading it from the store.
 

@@ -1,7 +1,7 @@
 """Runs a validated `Plan`: step semantics on top of the start-when-ready scheduler.
 
 Per step: `when` → (`for_each` items) → attempts with retries → fallback → `can_fail`.
-Statuses and their rules are PRODUCT.md's "Step semantics". Every run ends with every
+Statuses and their rules are the README's "Step semantics". Every run ends with every
 step in a terminal state; interruption (`cancel()`) and `limits.max_duration` end the
 in-flight steps as `cancelled` (their children are killed by the capabilities), then the
 `finally` steps run.
