@@ -10,10 +10,9 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NamedTuple, Protocol
+from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
@@ -32,95 +31,27 @@ from engine.errors import (
     UsageError,
 )
 from engine.events import EventBus
+from engine.sandbox._rules import checker, gate_reason, grant_rules, rule, unchanged
+from engine.sandbox._seams import Gate, LiveResults, Results, ToolCall
 
 __all__ = ["Gate", "LiveResults", "Results", "Sandbox", "ToolCall"]
-
-
-class Gate(Protocol):
-    """`gate(step_id, action, params, reason, validate, replayed=...)`: returns the params
-    to run with (the person may have edited them; `validate` checks an edit against the
-    schema; None means unchanged), or raises when denied. `replayed` says the call's result
-    will be served from a cassette (nothing runs), the only case in which a recorded
-    decision may answer it. `in_doubt` says the call may already have happened (it was in
-    flight when the run it resumes stopped): only a person may approve it."""
-
-    def __call__(
-        self,
-        step_id: str,
-        action: str,
-        params: Any,
-        reason: str,
-        validate: Callable[[Any], str | None],
-        /,
-        *,
-        replayed: bool = False,
-        in_doubt: bool = False,
-    ) -> Awaitable[Any]: ...
 
 
 Confirm = Literal["auto", "always", "never"]
 
 
-class ToolCall(NamedTuple):
-    """One admitted call, as the layer its result comes through sees it.
+@dataclass(frozen=True, slots=True)
+class Admitted:
+    """A call past admission: its action, validated params and context, and what the gate
+    and the `Results` layer need to know of it."""
 
-    `recorded` is false for actions whose own results are not recorded (their model's or
-    person's answers are, e.g. `llm.*`, `human.ask`). `idempotent`: making the call twice
-    has the effect of making it once (its action or its step says so; read-only calls are).
-    """
-
-    step_id: str
-    attempt: int
-    action: str
-    params: Any
-    read_only: bool
-    recorded: bool = True
-    idempotent: bool = False
-
-
-class Results(Protocol):
-    """Where a tool call's result comes from: the action run live (`LiveResults`), or a
-    cassette that records it or serves it (`engine.recording.Tape`)."""
-
-    def serves(self, call: ToolCall) -> bool:
-        """Whether the result will be served with nothing run: settled before the call's
-        gate, since only then may a recorded decision answer it."""
-        ...
-
-    async def result(
-        self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
-    ) -> Any:
-        """The call's result; `live()` runs the action. `replayed` says the gate was asked
-        on the promise that `serves(call)` holds."""
-        ...
-
-    def in_doubt(self, call: ToolCall) -> str | None:
-        """Why this side-effect call may already have happened (a resumed run's journal
-        has it starting and never ending), or None. Asked before the gate."""
-        ...
-
-    @property
-    def timed(self) -> bool:
-        """Whether the run's step durations are its own: not in a replay, whose result must
-        be the same every time (a cassette holds no times)."""
-        ...
-
-
-class LiveResults:
-    """Every result comes from running the action."""
-
-    timed = True
-
-    def serves(self, call: ToolCall) -> bool:
-        return False
-
-    def in_doubt(self, call: ToolCall) -> str | None:
-        return None
-
-    async def result(
-        self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
-    ) -> Any:
-        return await live()
+    action: Action[Any]
+    model: BaseModel
+    ctx: CallContext
+    call: ToolCall
+    side_effects: bool
+    served: bool  # a recording serves it with nothing run
+    replayed: bool = False  # its decision may come from the recording (set at the gate)
 
 
 @dataclass
@@ -207,100 +138,136 @@ class Sandbox:
         number: int | None = None  # the call's number in the run, once it is counted
         limit = timeout if timeout is not None else self.default_timeout
         try:
-            action, grant, model = self._admit(name, params, step_id)
-            ctx = CallContext(
-                grant=grant,
-                base_dir=self.base_dir,
-                timeout=limit,
-                step_id=step_id,
-                ask=self.ask,
-                llm=self.llm,
-                data_paths=data_paths,
-                data_literals=data_literals,
-                scope=self.scopes.get(action.family),
+            admitted = self._admit_call(
+                name, params, step_id, attempt, limit, data_paths, data_literals, idempotent
             )
-            side_effects = action.has_side_effects(model)
-            gated = confirm == "always" or (confirm == "auto" and side_effects)
-            call = ToolCall(
-                step_id,
-                attempt,
-                name,
-                params,
-                not side_effects,
-                action.recorded,
-                idempotent or action.idempotent or not side_effects,
-            )
-            # Settled before the gate: only a call served with nothing run may be answered
-            # by a recorded decision (a live call meets the live approver).
-            served = self.results.serves(call)
-            # Before the gate, so nobody is asked about a call that would be refused; not
-            # for a call served with nothing run (a replay's: its machine may differ).
-            if not served:
-                _grant_rules(action, model, ctx)
-            if self.dry_run and side_effects:  # not made, so not counted as a call
+            if self.dry_run and admitted.side_effects:  # not made, so not counted as a call
                 raise DryRun(name, params, step_id=step_id)
-            self._spend(step_id)
-            number = self.calls
-            replayed = False
-            doubt = None if call.idempotent else self.results.in_doubt(call)
-            if doubt is not None and self.gate is None:
-                raise ApprovalDenied(f"{doubt}; nobody can be asked to run it again", in_doubt=True)
-            if self.gate is not None and (gated or doubt is not None):
-                replayed = doubt is None and served
-                reason = _gate_reason(side_effects, action.gate_note)
-                approved = await self.gate(
-                    step_id,
-                    name,
-                    params,
-                    reason if doubt is None else f"{reason}; {doubt}",
-                    _checker(action, ctx, params),
-                    replayed=replayed,
-                    in_doubt=doubt is not None,
-                )
-                if approved is not None and approved is not params:  # edited by the person
-                    # What the person rewrote is theirs; values left as rendered stay data.
-                    data_paths = _unchanged(data_paths, params, approved)
-                    params = approved
-                    model = action.params_model.model_validate(params)
-                    ctx = dataclasses.replace(ctx, data_paths=data_paths)
-                    _grant_rules(action, model, ctx)
-                    call = call._replace(params=params)
+            number = self._spend(step_id)
+            admitted = await self._pass_gate(admitted, confirm)
         except StepError as exc:  # refused before anything ran
             self._audit(name, step_id, attempt, "denied", exc, number)
             raise
-        events = self.events
-        if events is not None:
-            events.emit(
-                "tool.called",
-                step_id,
-                attempt,
-                item=current_item(),  # (an item's attempts are numbered within it)
-                call=number,
-                action=name,
-                decision="allowed",
-                rule=f"grant.{action.family}",
-                side_effects=side_effects,
-                missing_confinement=self._missing_layers(action.family) or None,
-            )
+        self._record_called(admitted, number)
+        output = await self._execute(admitted, number, limit)
+        self._record_finished(admitted, number, output)
+        return output
 
+    # -- the seams of a call: admit, budget, gate, execute, record ---------------------------
+
+    def _admit_call(
+        self,
+        name: str,
+        params: Any,
+        step_id: str,
+        attempt: int,
+        limit: float,
+        data_paths: frozenset[ParamPath],
+        data_literals: frozenset[str],
+        idempotent: bool,
+    ) -> Admitted:
+        """The grant, the params against the action's model and, unless a recording serves
+        the call with nothing run, the action's own grant rules: checked before the gate,
+        so nobody is asked about a call that would be refused.
+
+        Raises:
+            CapabilityDenied: ungranted, unknown or malformed call.
+        """
+        action, grant, model = self._admit(name, params, step_id)
+        ctx = CallContext(
+            grant=grant,
+            base_dir=self.base_dir,
+            timeout=limit,
+            step_id=step_id,
+            ask=self.ask,
+            llm=self.llm,
+            data_paths=data_paths,
+            data_literals=data_literals,
+            scope=self.scopes.get(action.family),
+        )
+        side_effects = action.has_side_effects(model)
+        call = ToolCall(
+            step_id,
+            attempt,
+            name,
+            params,
+            not side_effects,
+            action.recorded,
+            idempotent or action.idempotent or not side_effects,
+        )
+        # Settled before the gate: only a call served with nothing run may be answered by a
+        # recorded decision (a live call meets the live approver). A served call's rules
+        # are not checked: a replay's machine may differ.
+        served = self.results.serves(call)
+        if not served:
+            grant_rules(action, model, ctx)
+        return Admitted(action, model, ctx, call, side_effects, served)
+
+    async def _pass_gate(self, admitted: Admitted, confirm: Confirm) -> Admitted:
+        """The confirmation gate, when the call needs one: side effects (`confirm: auto`),
+        `confirm: always`, or a call in doubt (a resumed run's call that may already have
+        happened), which only a person may approve. What the person edits is checked as a
+        call of its own and replaces the params.
+
+        Raises:
+            ApprovalDenied: the gate refused it, or a call in doubt has nobody to ask.
+            CapabilityDenied: the edited params are refused.
+        """
+        action, call, side_effects = admitted.action, admitted.call, admitted.side_effects
+        gated = confirm == "always" or (confirm == "auto" and side_effects)
+        doubt = None if call.idempotent else self.results.in_doubt(call)
+        if doubt is not None and self.gate is None:
+            raise ApprovalDenied(f"{doubt}; nobody can be asked to run it again", in_doubt=True)
+        if self.gate is None or not (gated or doubt is not None):
+            return admitted
+        replayed = doubt is None and admitted.served
+        reason = gate_reason(side_effects, action.gate_note)
+        approved = await self.gate(
+            call.step_id,
+            call.action,
+            call.params,
+            reason if doubt is None else f"{reason}; {doubt}",
+            checker(action, admitted.ctx, call.params),
+            replayed=replayed,
+            in_doubt=doubt is not None,
+        )
+        if approved is None or approved is call.params:
+            return dataclasses.replace(admitted, replayed=replayed)
+        # Edited by the person: what they rewrote is theirs; values left as rendered stay data.
+        ctx = admitted.ctx
+        ctx = dataclasses.replace(ctx, data_paths=unchanged(ctx.data_paths, call.params, approved))
+        model = action.params_model.model_validate(approved)
+        grant_rules(action, model, ctx)
+        return dataclasses.replace(
+            admitted, model=model, ctx=ctx, call=call._replace(params=approved), replayed=replayed
+        )
+
+    async def _execute(self, admitted: Admitted, number: int | None, limit: float) -> Any:
+        """The call made, here or on the backend that takes its family, through the
+        `Results` layer (live, or served by a cassette or a journal), in its family's slot.
+
+        Raises:
+            StepTimeout / StepFailed: the call failed (audited, with the step and attempt).
+        """
+        action, model, ctx, call = admitted.action, admitted.model, admitted.ctx, admitted.call
         family = self.registry.families[action.family]
         backend = self.backend if self.backend is not None and self.backend.takes(family) else None
         if backend is None:
 
             async def run() -> Any:
-                return jsonable(name, await execute(action, model, ctx))
+                return jsonable(call.action, await execute(action, model, ctx))
 
         else:
             remote = RemoteCall(
-                key=f"planloom-{step_id}-{uuid.uuid4().hex}",
-                step_id=step_id,
-                action=name,
-                params=params,
+                key=f"planloom-{call.step_id}-{uuid.uuid4().hex}",
+                step_id=call.step_id,
+                action=call.action,
+                params=call.params,
                 grant=self.grants.get(action.family),
                 base_dir=str(self.base_dir),
                 timeout=limit,
-                data_paths=tuple(data_paths),
-                data_literals=tuple(data_literals),
+                data_paths=tuple(ctx.data_paths),
+                data_literals=tuple(ctx.data_literals),
                 once=not call.idempotent,
             )
 
@@ -316,31 +283,51 @@ class Sandbox:
             slots = None
         try:
             if slots is None:
-                output = await self.results.result(call, run, replayed=replayed)
-            else:
-                async with slots:
-                    output = await self.results.result(call, run, replayed=replayed)
+                return await self.results.result(call, run, replayed=admitted.replayed)
+            async with slots:
+                return await self.results.result(call, run, replayed=admitted.replayed)
         except StepError as exc:
-            exc.step_id = exc.step_id or step_id
-            exc.attempt = exc.attempt or attempt
-            self._audit(name, step_id, attempt, "allowed", exc, number)
+            exc.step_id = exc.step_id or call.step_id
+            exc.attempt = exc.attempt or call.attempt
+            self._audit(call.action, call.step_id, call.attempt, "allowed", exc, number)
             raise
-        if events is not None:
-            events.emit(
+
+    def _record_called(self, admitted: Admitted, number: int | None) -> None:
+        """`tool.called`: the call was allowed (with the confinement layers it lacks)."""
+        if self.events is None:
+            return
+        call, family = admitted.call, admitted.action.family
+        self.events.emit(
+            "tool.called",
+            call.step_id,
+            call.attempt,
+            item=current_item(),  # (an item's attempts are numbered within it)
+            call=number,
+            action=call.action,
+            decision="allowed",
+            rule=f"grant.{family}",
+            side_effects=admitted.side_effects,
+            missing_confinement=self._missing_layers(family) or None,
+        )
+
+    def _record_finished(self, admitted: Admitted, number: int | None, output: Any) -> None:
+        """`tool.finished`, and a warning for the step when the output was cut at a limit."""
+        call = admitted.call
+        if self.events is not None:
+            self.events.emit(
                 "tool.finished",
-                step_id,
-                attempt,
+                call.step_id,
+                call.attempt,
                 item=current_item(),
                 call=number,
-                action=name,
+                action=call.action,
                 decision="allowed",
-                rule=f"grant.{action.family}",
+                rule=f"grant.{admitted.action.family}",
                 outcome="ok",
             )
-        warning = truncation_warning(action, model, output, current_item())
+        warning = truncation_warning(admitted.action, admitted.model, output, current_item())
         if warning is not None:
-            self._warn(step_id, attempt, name, warning)
-        return output
+            self._warn(call.step_id, call.attempt, call.action, warning)
 
     def _warn(self, step_id: str, attempt: int, name: str, warning: str) -> None:
         """Keep `warning` for the step's result and announce it (`step.warning`)."""
@@ -389,7 +376,8 @@ class Sandbox:
             return {}
         return {k: v for k, v in family.confinement().items() if not v.startswith("active")}
 
-    def _spend(self, step_id: str) -> None:
+    def _spend(self, step_id: str) -> int:
+        """The tool-call budget: the call counted, its number in the run returned."""
         if self.max_tool_calls is not None and self.calls >= self.max_tool_calls:
             raise BudgetExceeded(
                 f"the run used all {self.max_tool_calls} tool calls (limits.max_tool_calls)",
@@ -398,6 +386,7 @@ class Sandbox:
             )
         self.calls += 1
         self.step_calls[step_id] = self.step_calls.get(step_id, 0) + 1
+        return self.calls
 
     def _audit(
         self,
@@ -418,69 +407,7 @@ class Sandbox:
                 call=number,
                 action=name,
                 decision=decision,
-                rule=_rule(error),
+                rule=rule(error),
                 outcome=type(error).__name__,
                 error=error.message,
             )
-
-
-def _grant_rules(action: Action[Any], model: Any, ctx: CallContext) -> None:
-    """The action's own grant rules for this call (`Action.admit`).
-
-    Raises:
-        CapabilityDenied: the grant does not allow it.
-    """
-    if action.admit is not None:
-        action.admit(model, ctx)
-
-
-def _checker(action: Action[Any], ctx: CallContext, asked: Any) -> Callable[[Any], str | None]:
-    """Checks params a person edited (from `asked`) against the action's schema and its
-    grant rules, as the call will be checked: None, or what is wrong."""
-
-    def check(params: Any) -> str | None:
-        try:
-            model = action.params_model.model_validate(params)
-        except ValidationError as exc:
-            return validation_problems(exc, root="params")
-        edited = dataclasses.replace(ctx, data_paths=_unchanged(ctx.data_paths, asked, params))
-        try:
-            _grant_rules(action, model, edited)
-        except CapabilityDenied as exc:
-            return exc.message
-        return None
-
-    return check
-
-
-def _unchanged(paths: frozenset[ParamPath], before: Any, after: Any) -> frozenset[ParamPath]:
-    """The paths whose value is the same in both params trees."""
-    return frozenset(p for p in paths if _value_at(before, p) == _value_at(after, p))
-
-
-_MISSING = object()
-
-
-def _value_at(tree: Any, path: ParamPath) -> Any:
-    for key in path:
-        in_dict = isinstance(tree, dict) and key in tree
-        in_list = isinstance(tree, list) and isinstance(key, int) and 0 <= key < len(tree)
-        if not (in_dict or in_list):
-            return _MISSING
-        tree = tree[key]
-    return tree
-
-
-def _gate_reason(side_effects: bool, note: str | None) -> str:
-    reason = "has side effects" if side_effects else "confirm: always"
-    return f"{reason}; {note}" if note else reason
-
-
-def _rule(error: StepError) -> str:
-    if isinstance(error, CapabilityDenied):
-        return error.rule
-    if isinstance(error, ApprovalDenied):
-        return "gate"
-    if isinstance(error, BudgetExceeded):
-        return f"budget.{error.limit}"
-    return "runtime"
