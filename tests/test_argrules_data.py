@@ -1,4 +1,4 @@
-"""Templated arguments are never read as options (issue 10 item 12, ATTACKS B7).
+"""Templated arguments are never read as options (ATTACKS B7).
 
 A file named `--output=pwned` listed by `fs.list` made `sort` write the file `pwned`. An
 argument whose recipe text begins with a template is data: `shell.run` puts `--` before it

@@ -1,4 +1,4 @@
-"""The rule behind item 12 of issue 10: which templated arguments get `--`, which are refused.
+"""The rule behind templated arguments: which templated arguments get `--`, which are refused.
 
 `protect_data_arguments` on argv lists, and `shell.run` given `CallContext.data_paths` (the
 params paths whose recipe text began with a template). The CLI cases are in

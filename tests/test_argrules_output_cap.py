@@ -1,4 +1,4 @@
-"""A command killed at the output cap is not a success (issue 10 item 15, last part).
+"""A command killed at the output cap is not a success.
 
 `yes` killed at `max_output` ended `succeeded` with exit -9. With `check` (the default) the
 step now fails saying the output passed `max_output` and the program was killed; with

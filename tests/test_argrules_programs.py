@@ -1,4 +1,4 @@
-"""The program table, program by program (issue 10 item 8: exec-escapes through programs
+"""The program table, program by program (exec-escapes through programs
 the argument rules did not know, such as `setarch x86_64 sh -c ...` and
 `sqlite3 :memory: '.shell ...'`).
 

@@ -1,4 +1,4 @@
-"""Recorded decisions answer only replayed calls (issue 10, item 2).
+"""Recorded decisions answer only replayed calls.
 
 A cassette's `approvals:` entries are data anyone can edit, and their keys (step, action, a
 hash of the params) are deterministic. A decision from the cassette may therefore answer

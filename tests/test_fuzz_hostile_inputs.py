@@ -1,4 +1,4 @@
-"""Fuzz: alias bombs, deep YAML nesting and deep JSON plans (issue 10, items 4 and 5).
+"""Fuzz: alias bombs, deep YAML nesting and deep JSON plans.
 
 Each family generates hostile documents mixed into valid recipe structure, loads them the
 way the CLI does (`parse_recipe_text` + `validate_plan`, `extract_json`, the real

@@ -1,4 +1,4 @@
-"""The model preflight and the counting of model calls (issue 10, items 13 and 14a).
+"""The model preflight and the counting of model calls.
 
 - Before any step runs, the preflight lists the models; with `--preflight chat` it also
   sends a one-token chat request: an endpoint that answers `GET /models` to anyone but

@@ -1,4 +1,4 @@
-"""Gates that must not be waived (issue 10, items 11 and 15).
+"""Gates that must not be waived.
 
 - `http.request` with a body is a side effect whatever its method: a GET or HEAD that
   sends `json` or `body` is gated like a POST; a GET without a body is not.

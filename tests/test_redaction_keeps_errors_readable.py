@@ -1,4 +1,4 @@
-"""Redaction leaves error messages about files named `secret` readable (issue 10, item 14b).
+"""Redaction leaves error messages about files named `secret` readable.
 
 `name: value` / `name=value` is redacted for credential names (`secret`, `token`,
 `password`, ...) when the name is a key; a name that ends a path (`/run/x/secret: ...`) is
