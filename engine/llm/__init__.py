@@ -30,10 +30,10 @@ from pydantic import ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
 from engine.errors import ConfigurationError, PlanloomError, StepError, StepTimeout
+from engine.llm._json import chat_json
 from engine.llm._stream import Assembly
 from engine.llm._text import one_line
 from engine.llm._types import (
-    JSON_MODES,
     Answers,
     ChatResult,
     CutShort,
@@ -55,7 +55,6 @@ from engine.llm._wire import (
     message,
     plain,
     refused,
-    refuses_json_mode,
     refuses_streaming,
     timed_out,
     transient,
@@ -63,7 +62,6 @@ from engine.llm._wire import (
     why,
 )
 from engine.llm.config import Budget, LLMConfig, resolve_llm_config
-from engine.model_schema import strict_schema, without_added_nulls
 from engine.redaction import Secrets
 
 if TYPE_CHECKING:
@@ -436,47 +434,7 @@ class LLMClient:
                 `max_tokens` (`cut-off`), or nests too deep (`too-deep`).
             LLMError: the call failed.
         """
-        strict = strict_schema(schema)
-        while True:
-            mode = self.json_mode
-            formats: dict[str, dict[str, Any]] = {
-                "json_schema": {"type": "json_schema", "json_schema": _named(name, schema, strict)},
-                "json_object_schema": {"type": "json_object", "schema": schema},
-                "json_object": {"type": "json_object"},
-            }
-            response_format = formats.get(mode)
-            try:
-                result = await self.chat(messages, response_format=response_format)
-            except LLMError as exc:
-                if mode != "none" and refuses_json_mode(exc):
-                    if self.config.structured_output is not None:  # fixed: said, not changed
-                        raise LLMError(
-                            f"{exc.message} (structured_output {mode} is set: unset it, or "
-                            "set another mode the endpoint takes)",
-                            status=exc.status,
-                        ) from exc
-                    self.json_mode = JSON_MODES[JSON_MODES.index(mode) + 1]
-                    continue
-                raise
-            if result.finish_reason == "length":
-                raise NoJSON(
-                    f"the answer was cut off at max_tokens {self.config.max_tokens} "
-                    "(--llm-max-tokens, PLANLOOM_LLM_MAX_TOKENS or llm: max_tokens raises it)",
-                    rule="cut-off",
-                )
-            answer = extract_json(result.content or "")
-            if mode == "json_schema" and strict is not None:
-                return without_added_nulls(answer, schema)  # strict: optional were nullable
-            return answer
-
-
-def _named(name: str, schema: dict[str, Any], strict: dict[str, Any] | None) -> dict[str, Any]:
-    """`json_schema`'s value: strict (OpenAI's guarantee that the answer fits) when the
-    schema can be said strictly (`strict`: `strict_schema(schema)`), its optional fields
-    then nullable."""
-    if strict is None:
-        return {"name": name, "schema": schema}
-    return {"name": name, "schema": strict, "strict": True}
+        return await chat_json(self, messages, schema, name=name)
 
 
 async def _body(response: Any) -> bytes:
