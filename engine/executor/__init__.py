@@ -38,6 +38,7 @@ from engine.executor._agent_steps import AgentSteps
 from engine.executor._attempts import Attempts, Sleep, Tally
 from engine.executor._compiled import CompiledAction, CompiledStep
 from engine.executor._scheduler import Scheduler
+from engine.executor._spending import Spending, plan_outputs
 from engine.inputs import resolve_inputs
 from engine.llm import LLMClient
 from engine.llm.events import ModelCallEvents
@@ -49,14 +50,10 @@ from engine.results import (
     RunStatus,
     StepResult,
     StepStatus,
-    StepUsage,
-    Usage,
 )
 from engine.sandbox import LiveResults, Results, Sandbox
 from engine.templating import (
     Namespace,
-    ValueTemplate,
-    compile_value,
 )
 from engine.validation import ensure_valid
 
@@ -148,8 +145,10 @@ class Executor:
         self.sandbox.dry_run = dry_run
         # Kept steps' calls count in this run's usage, and against its max_tool_calls.
         self.sandbox.calls = sum(r.usage.tool_calls for r in self.preloaded.values())
+        # Model calls and tokens per running step; usages made, by value (see StepUsage).
+        self.spending = Spending()
         if llm is not None:
-            ModelCallEvents(llm, self.events, spend=self._spend_model).install()
+            ModelCallEvents(llm, self.events, spend=self.spending.spend_model).install()
             if "llm" in plan.limits.per_family:  # agents' model turns too, not only llm.*
                 llm.limit = asyncio.Semaphore(plan.limits.per_family["llm"])
         # Each step's result once it ended (a step not in it is pending): a pending result
@@ -163,9 +162,6 @@ class Executor:
         for section in ("steps", "finally"):  # found here, with the collector paused
             plan_edges(plan, section)
         self._compiled: dict[str, CompiledStep] = {}
-        # Model calls and tokens per running step; usages made, by value (see StepUsage).
-        self._model_spent: dict[str, list[int]] = {}
-        self._usages: dict[tuple[int, ...], StepUsage] = {}
         self.agents = AgentSteps(
             agent_runner, registry, self.sandbox, plan.capabilities, self._primary
         )
@@ -232,7 +228,9 @@ class Executor:
             self._stop_reason = self._stop_reason or reason
             if main == "succeeded" and self._status(self.plan.finally_) == "failed":
                 main = "failed"
-        outputs, unknown = self._outputs()
+        context = {"inputs": self.inputs, "steps": self._view, "run": self._run_view}
+        unknown_steps = self.attempts.unknown if self.sandbox.dry_run else None
+        outputs, unknown = plan_outputs(self.plan, context, unknown_steps, self.errors)
         if main == "succeeded" and self.errors:
             main = "failed"
         self.events.emit("run.finished", status=main, seconds=time.monotonic() - started)
@@ -241,7 +239,7 @@ class Executor:
             status=main,
             steps={s.id: self.results.get(s.id) or StepResult() for s in self.plan.all_steps()},
             outputs=outputs,
-            usage=self._usage(),
+            usage=self.spending.usage(self.sandbox.calls, self.llm),
             errors=[self.secrets.redact(error) for error in self.errors],
             approvals=list(self.gatekeeper.decisions),
             dry_run=self.attempts.would_run if self.sandbox.dry_run else None,
@@ -386,38 +384,6 @@ class Executor:
         action = self.registry.get(name)
         return action is not None and action.side_effects is False
 
-    def _spend_model(self, step_id: str, prompt_tokens: int, completion_tokens: int) -> None:
-        spent = self._model_spent.get(step_id)
-        if spent is None:
-            spent = self._model_spent[step_id] = [0, 0, 0]
-        spent[0] += 1
-        spent[1] += prompt_tokens
-        spent[2] += completion_tokens
-
-    def _step_usage(self, step_id: str) -> StepUsage | None:
-        """What the step spent (taken from the counters), or None if it made no call.
-        Equal usages share one frozen instance."""
-        tools = self.sandbox.step_calls.pop(step_id, 0)
-        model = self._model_spent.pop(step_id, None)
-        if not tools and model is None:
-            return None
-        key = (*(model or (0, 0, 0)), tools)
-        usage = self._usages.get(key)
-        if usage is None:
-            usage = self._usages[key] = StepUsage(
-                llm_calls=key[0], prompt_tokens=key[1], completion_tokens=key[2], tool_calls=tools
-            )
-        return usage
-
-    def _usage(self) -> Usage:
-        usage = Usage(tool_calls=self.sandbox.calls)
-        if self.llm is not None:
-            budget = self.llm.budget
-            usage.llm_calls = budget.calls
-            usage.prompt_tokens = budget.prompt_tokens
-            usage.completion_tokens = budget.completion_tokens
-        return usage
-
     async def _ask(self, step_id: str, question: BaseModel) -> Any:
         assert isinstance(question, Question)
         answer = await self.gatekeeper.ask(step_id, question)
@@ -470,7 +436,7 @@ class Executor:
         return context
 
     def _finish(self, step_id: str, result: StepResult, *, emit: bool = True) -> StepResult:
-        usage = self._step_usage(step_id)
+        usage = self.spending.step_usage(step_id, self.sandbox.step_calls.pop(step_id, 0))
         if usage is not None:  # a step kept from before keeps what it spent then
             # Not `result.usage = usage`: pydantic would also record the field as set,
             # growing each result's set of set fields to 32 slots (50 MB at 100,000 steps).
@@ -525,36 +491,6 @@ class Executor:
                 error=f"skipped: upstream step '{cause}' {self.results[cause].status}",
             ),
         )
-
-    def _outputs(self) -> tuple[dict[str, Any], dict[str, str] | None]:
-        """The plan's outputs; in a dry run, those left unknown (they read a step a dry run
-        did not run) are null, each with the reason."""
-        context = {"inputs": self.inputs, "steps": self._view, "run": self._run_view}
-        outputs: dict[str, Any] = {}
-        unknown: dict[str, str] | None = {} if self.sandbox.dry_run else None
-        for name, value in self.plan.outputs.items():
-            try:
-                compiled = compile_value(value)
-                needs = self._unknown_output(compiled) if unknown is not None else None
-                if unknown is not None and needs is not None:
-                    outputs[name] = None
-                    unknown[name] = f"needs the output of '{needs}', unknown in a dry run"
-                    continue
-                outputs[name] = compiled.render(context)
-            except (TemplateError, ValueError) as exc:
-                outputs[name] = None
-                self.errors.append(f"output '{name}': {exc}")
-        return outputs, unknown
-
-    def _unknown_output(self, compiled: ValueTemplate) -> str | None:
-        """The first step whose output `compiled` reads and a dry run left unknown (a
-        step's status and error are known; its output is not)."""
-        for template in compiled.templates:
-            for ref in template.references:
-                reads_output = ref[:1] == ("steps",) and ref[2:3] in ((), ("output",))
-                if reads_output and len(ref) >= 2 and ref[1] in self.attempts.unknown:
-                    return str(ref[1])
-        return None
 
 
 async def run_plan(plan: Plan, *, registry: Registry, base_dir: Path, **kwargs: Any) -> RunResult:
