@@ -13,23 +13,18 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel
-
-from engine._graph import plan_edges, step_dependencies
+from engine._graph import plan_edges
 from engine._support.gc import collector_paused, freeze_survivors, heap_frozen
 from engine._support.scope import enter_scope
 from engine.agent import AgentRunner
 from engine.approval import Approver, FailClosed, Gatekeeper
-from engine.approval.questions import Question
 from engine.backend import Backend
 from engine.capability import Registry
 from engine.errors import (
-    ApprovalDenied,
-    OutcomeUnknown,
     StepError,
     TemplateError,
 )
@@ -37,6 +32,7 @@ from engine.events import EventBus
 from engine.executor._agent_steps import AgentSteps
 from engine.executor._attempts import Attempts, Sleep, Tally
 from engine.executor._compiled import CompiledAction, CompiledStep
+from engine.executor._gates import RunGates, dry_skip
 from engine.executor._scheduler import Scheduler
 from engine.executor._spending import Spending, plan_outputs
 from engine.inputs import resolve_inputs
@@ -125,16 +121,17 @@ class Executor:
         self.gatekeeper = Gatekeeper(
             approver, redact=self.secrets.redact_value, on_quit=self.cancel
         )
+        self.gates = RunGates(self.gatekeeper, self.events)
         self.sandbox = Sandbox(
             registry,
             plan.capabilities,
             base_dir,
-            gate=self._gate,
+            gate=self.gates.gate,
             events=self.events,
             default_timeout=plan.limits.timeout,
             max_tool_calls=plan.limits.max_tool_calls,
             per_family=plan.limits.per_family,
-            ask=self._ask,
+            ask=self.gates.ask,
             llm=llm,
             results=tool_results or LiveResults(),
             backend=backend,
@@ -333,7 +330,7 @@ class Executor:
         self._started[step_id] = time.monotonic()
         self.events.emit("step.started", step_id)
         if self.sandbox.dry_run:
-            skipped = self._dry_skip(step)
+            skipped = dry_skip(step, self.attempts.unknown, self.registry)
             if skipped is not None:
                 return self._finish(step_id, skipped)
         context = self._context(step_id)
@@ -359,73 +356,6 @@ class Executor:
         return self._finish(
             step_id, StepResult(status=status, output=output, error=error, attempts=tally.attempts)
         )
-
-    def _dry_skip(self, step: Step) -> StepResult | None:
-        """In a dry run: skip steps needing outputs no one produced, and agent steps that
-        could make a call with side effects (one whose tools are all read-only runs)."""
-        needs = [dep for dep in step_dependencies(step) if dep in self.attempts.unknown]
-        if needs:
-            self.attempts.unknown.add(step.id)
-            return StepResult(
-                status="skipped",
-                error=f"dry run: needs the output of '{needs[0]}', unknown in a dry run",
-            )
-        if step.agent is not None:
-            writers = [name for name in step.agent.tools if not self._read_only(name)]
-            if writers:
-                self.attempts.unknown.add(step.id)
-                return StepResult(
-                    status="skipped",
-                    error=f"dry run: the agent may call {writers[0]}, which has side effects",
-                )
-        return None
-
-    def _read_only(self, name: str) -> bool:
-        action = self.registry.get(name)
-        return action is not None and action.side_effects is False
-
-    async def _ask(self, step_id: str, question: BaseModel) -> Any:
-        assert isinstance(question, Question)
-        answer = await self.gatekeeper.ask(step_id, question)
-        self.events.emit("human.answered", step_id, question=question.question)
-        return answer
-
-    async def _gate(
-        self,
-        step_id: str,
-        action: str,
-        params: Any,
-        reason: str,
-        validate: Callable[[Any], str | None],
-        /,
-        *,
-        replayed: bool = False,
-        in_doubt: bool = False,
-    ) -> Any:
-        decision = await self.gatekeeper.decide(
-            step_id, action, params, reason, validate, replayed=replayed, in_doubt=in_doubt
-        )
-        # Every decision is audited with its source (`by`): approved or not.
-        edited = decision.edited_params is not None
-        detail = (
-            {"params_hash": decision.params_hash, "edited": edited}
-            if decision.approved
-            else {"reason": decision.reason}
-        )
-        self.events.emit(
-            "gate.decided",
-            step_id,
-            action=action,
-            approved=decision.approved,
-            by=decision.by,
-            in_doubt=in_doubt or None,
-            **detail,
-        )
-        if decision.skip:  # not made, as if its outcome were unknown: the step's rules apply
-            raise OutcomeUnknown(decision.reason or "skipped", step_id=step_id)
-        if not decision.approved:
-            raise ApprovalDenied(decision.reason, step_id=step_id, in_doubt=in_doubt)
-        return decision.edited_params if edited else params
 
     # -- bookkeeping ---------------------------------------------------------------------
 
