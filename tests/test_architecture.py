@@ -3,7 +3,8 @@
 The core (`engine/`, less the composition root) imports neither `capabilities` nor
 `planners`; `capabilities` and `planners` import only the core and their own package, never
 the composition root. A private module (`engine.yaml._tree`) is imported only from inside
-the package it belongs to, and no modules import each other round a circle. Every import
+the package it belongs to, and no modules import each other round a circle. Modules are
+small (none over 450 lines, the median at most 150) and a folder holds at most 25. Every import
 statement counts, at module level, inside a function or under `TYPE_CHECKING` (a lazy
 import is still an arrow).
 """
@@ -187,3 +188,65 @@ def test_the_graph_sees_private_imports_and_circles(tmp_path: Path) -> None:
     )
     modules = {"engine.session": sample, "engine.yaml": sample, "engine": sample}
     assert _targets(sample, modules) == {"engine.session", "engine.yaml"}
+
+
+# -- sizes ---------------------------------------------------------------------------------
+
+MAX_LINES = 450
+MAX_MEDIAN = 150
+MAX_PER_FOLDER = 25
+
+
+def _lines(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines())
+
+
+def oversized(modules: list[tuple[str, Path]], root: Path = ROOT) -> tuple[list[str], list[str]]:
+    """The modules over `MAX_LINES`, and the folders holding more than `MAX_PER_FOLDER`."""
+    big = [f"{name}: {_lines(path)} lines" for name, path in modules if _lines(path) > MAX_LINES]
+    folders: dict[Path, int] = {}
+    for _, path in modules:
+        folders[path.parent] = folders.get(path.parent, 0) + 1
+    crowded = [
+        f"{folder.relative_to(root)}: {count} modules"
+        for folder, count in sorted(folders.items())
+        if count > MAX_PER_FOLDER
+    ]
+    return big, crowded
+
+
+@pytest.mark.parametrize(
+    "package",
+    [
+        "engine",
+        "planners",
+        pytest.param(
+            "capabilities",
+            marks=pytest.mark.xfail(
+                strict=True, reason="capabilities is still one flat folder of 52 modules"
+            ),
+        ),
+    ],
+)
+def test_modules_are_small_and_folders_hold_few(package: str) -> None:
+    assert oversized(_modules(package)) == ([], [])
+
+
+def test_the_median_module_is_small() -> None:
+    sizes = sorted(_lines(path) for package in PACKAGES for _, path in _modules(package))
+    middle = len(sizes) // 2
+    median = sizes[middle] if len(sizes) % 2 else (sizes[middle - 1] + sizes[middle]) / 2
+    assert median <= MAX_MEDIAN
+
+
+def test_the_size_check_sees_a_large_module_and_a_crowded_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "pkg"
+    folder.mkdir()
+    modules = []
+    for i in range(MAX_PER_FOLDER + 1):
+        path = folder / f"m{i}.py"
+        path.write_text("x = 1\n" * (MAX_LINES + 1 if i == 0 else 3))
+        modules.append((f"pkg.m{i}", path))
+    big, crowded = oversized(modules, tmp_path)
+    assert big == [f"pkg.m0: {MAX_LINES + 1} lines"]
+    assert crowded == [f"pkg: {MAX_PER_FOLDER + 1} modules"]
