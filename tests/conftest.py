@@ -1,4 +1,5 @@
-"""Shared test setup: Hypothesis profiles and a guard that keeps tests off the network."""
+"""Shared test setup: Hypothesis profiles, a guard that keeps tests off the network, and the
+fixtures many files use (`registry`: the built-in capabilities)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
+
+from capabilities import Registry, default_registry
 
 pytest_plugins = ["pytester"]
 
@@ -60,3 +63,9 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 
     monkeypatch.setattr(socket.socket, "connect", connect)
     monkeypatch.setattr(socket.socket, "connect_ex", connect_ex)
+
+
+@pytest.fixture
+def registry() -> Registry:
+    """The built-in capability families, as the `planloom` command has them."""
+    return default_registry()

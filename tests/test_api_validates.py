@@ -20,11 +20,6 @@ from planners.recipe import parse_recipe_text
 from tests._procs import planloom
 
 
-@pytest.fixture
-def registry() -> Registry:
-    return default_registry()
-
-
 def writer(step_id: str, name: str, **fields: Any) -> dict[str, Any]:
     """A step writing `name` (gated: `confirm: never` lets it run unattended)."""
     params = {"path": name, "content": step_id}

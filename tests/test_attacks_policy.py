@@ -9,16 +9,11 @@ from typing import Any
 
 import pytest
 
-from capabilities import Registry, Sandbox, default_registry
+from capabilities import Registry, Sandbox
 from engine.approval import Gatekeeper
 from engine.errors import ApprovalDenied, CapabilityDenied, PlanValidationError
 from engine.events import Event, EventBus
 from engine.testing import ScriptedApprover, run_recipe_text
-
-
-@pytest.fixture
-def registry() -> Registry:
-    return default_registry()
 
 
 def audited(events: list[Event], action: str) -> list[dict[str, Any]]:

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from capabilities import Registry, default_registry
+from capabilities import Registry
 from engine.approval import ApproveAll, DenyAll, GateRequest
 from engine.executor import Executor
 from engine.results import TERMINAL, Decision, RunResult
@@ -33,11 +33,6 @@ from engine.validation import validate_plan
 from planners.recipe import parse_recipe_text
 
 # -- helpers -----------------------------------------------------------------------------
-
-
-@pytest.fixture
-def registry() -> Registry:
-    return default_registry()
 
 
 @pytest.fixture

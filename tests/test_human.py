@@ -8,7 +8,7 @@ from pathlib import Path
 import pexpect
 import pytest
 
-from capabilities import Registry, default_registry
+from capabilities import Registry
 from engine.approval import ApproveAll, FailClosed
 from engine.testing import ScriptedApprover, run_recipe_text
 
@@ -27,11 +27,6 @@ outputs:
 
 def recipe(params: str) -> str:
     return RECIPE.format(params=params)
-
-
-@pytest.fixture
-def registry() -> Registry:
-    return default_registry()
 
 
 def test_the_approver_answers_and_the_answer_flows_to_outputs(registry: Registry) -> None:

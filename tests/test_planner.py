@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import pytest
 from pydantic import BaseModel, ConfigDict, SecretStr
 
-from capabilities import Action, CallContext, Family, Registry, default_registry
+from capabilities import Action, CallContext, Family, Registry
 from engine._graph import build_graph
 from engine.approval import ApproveAll
 from engine.errors import BudgetExceeded, ConfigurationError, StepTimeout
@@ -45,11 +45,6 @@ T = TypeVar("T")
 GOAL = "Look up four facts and summarise them"
 BASE: dict[str, Any] = {"version": 1, "name": "plan", "capabilities": {"test": {}}}
 LOOKUPS = ["alpha", "beta", "gamma", "delta"]
-
-
-@pytest.fixture
-def registry() -> Registry:
-    return default_registry()
 
 
 @pytest.fixture

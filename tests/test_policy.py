@@ -428,11 +428,6 @@ def test_a_registry_catches_misspelled_tools() -> None:
 # -- through the executor ---------------------------------------------------------------------
 
 
-@pytest.fixture
-def registry() -> Registry:
-    return default_registry()
-
-
 def test_a_run_under_a_policy_writes_only_what_it_allows(
     registry: Registry, tmp_path: Path
 ) -> None:
