@@ -670,6 +670,7 @@ def test_confirm_never_does_not_waive_gates_for_tools_a_model_chooses(
     assert "denied by approver" in (transcript[0]["detail"] or "")
 
 
+@pytest.mark.slow
 def test_a_spent_budget_cancels_the_other_calls_of_the_turn(tmp_path: Path, jail: Path) -> None:
     registry = default_registry()
     tools = ScriptedTools(registry)

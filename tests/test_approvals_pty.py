@@ -81,6 +81,7 @@ def caps(tmp_path: Path) -> Path:
 # -- the plan review -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_plan_approved_then_gate_approved_runs(
     tmp_path: Path, caps: Path, spawn: Callable[..., Session]
 ) -> None:
@@ -102,6 +103,7 @@ def test_plan_approved_then_gate_approved_runs(
     assert (tmp_path / "out" / "a.txt").read_text() == "planned"
 
 
+@pytest.mark.slow
 def test_plan_edited_into_an_invalid_one_shows_located_error_then_fixed_runs(
     tmp_path: Path, caps: Path, spawn: Callable[..., Session]
 ) -> None:
@@ -148,6 +150,7 @@ def test_plan_edited_into_an_invalid_one_shows_located_error_then_fixed_runs(
     assert s.result()["steps"]["save"]["status"] == "succeeded"
 
 
+@pytest.mark.slow
 def test_plan_rejected_exits_3_and_nothing_runs(
     tmp_path: Path, caps: Path, spawn: Callable[..., Session]
 ) -> None:
@@ -214,6 +217,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_approve_all_answers_every_later_gate(
     tmp_path: Path, spawn: Callable[..., Session]
 ) -> None:
@@ -254,6 +258,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_quit_at_a_gate_mid_run_exits_130_and_leaves_no_process(
     tmp_path: Path, spawn: Callable[..., Session]
 ) -> None:
@@ -300,6 +305,7 @@ steps:
 )
 
 
+@pytest.mark.slow
 def test_five_parallel_gates_each_answer_lands_on_its_step(
     tmp_path: Path, spawn: Callable[..., Session]
 ) -> None:
@@ -357,6 +363,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_an_invalid_edit_is_refused_and_asked_again(
     tmp_path: Path, spawn: Callable[..., Session]
 ) -> None:
@@ -378,6 +385,7 @@ def test_an_invalid_edit_is_refused_and_asked_again(
     assert not (tmp_path / "out" / "note.txt").exists()
 
 
+@pytest.mark.slow
 def test_an_edit_that_is_not_json_is_refused_and_asked_again(
     tmp_path: Path, spawn: Callable[..., Session]
 ) -> None:

@@ -376,6 +376,7 @@ def test_ungranted_and_unknown_tools_are_refused_before_anything_runs(tmp_path: 
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_an_independent_step_keeps_running_after_attacks(tmp_path: Path) -> None:
     build_jail(tmp_path)
     doc = recipe([at_run_time(a) for a in FS_ATTACKS[:3]], {"fs": {"root": "J", "read": True}})

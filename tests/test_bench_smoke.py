@@ -49,6 +49,7 @@ def bench_module(name: str) -> ModuleType:
     return module
 
 
+@pytest.mark.slow
 def test_scale_reports_every_figure_per_size() -> None:
     figures = run_bench("scale.py", "--sizes", "300,200", "--repeat", "1")
 
@@ -161,6 +162,7 @@ def test_overhead_tracing_reports_off_and_on_and_counts_the_exported_spans() -> 
     assert "store_steps" not in figures
 
 
+@pytest.mark.slow
 def test_dask_bench_runs_both_sides_and_reports_speedup_and_dispatch() -> None:
     figures = run_bench(
         "dask.py", "--items", "4", "--seconds", "0.02", "--noops", "20", "--workers", "2"

@@ -68,6 +68,7 @@ def test_the_built_in_families_are_entry_points() -> None:
     assert set(build_registry().families) >= BUILT_IN
 
 
+@pytest.mark.slow
 def test_a_family_from_another_package_is_listed_and_runs(tmp_path: Path) -> None:
     site = tmp_path / "site"
     _install(site)

@@ -118,6 +118,7 @@ def no_traceback(proc: subprocess.CompletedProcess[str]) -> None:
 # -- approvals: --yes, --no, fail closed --------------------------------------------------
 
 
+@pytest.mark.slow
 def test_run_yes_writes_the_file(tmp_path: Path) -> None:
     recipe(tmp_path, "write.yaml")
 
@@ -131,6 +132,7 @@ def test_run_yes_writes_the_file(tmp_path: Path) -> None:
     assert "succeeded" in proc.stderr
 
 
+@pytest.mark.slow
 def test_run_no_denies_and_writes_nothing(tmp_path: Path) -> None:
     recipe(tmp_path, "write.yaml")
 
@@ -145,6 +147,7 @@ def test_run_no_denies_and_writes_nothing(tmp_path: Path) -> None:
     no_traceback(proc)
 
 
+@pytest.mark.slow
 def test_run_without_terminal_or_flag_fails_closed_and_says_how_to_approve(
     tmp_path: Path,
 ) -> None:
@@ -190,6 +193,7 @@ def test_run_json_is_one_object_with_the_contract_keys(tmp_path: Path) -> None:
 # -- inputs -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_inputs_are_parsed_by_their_declared_type(tmp_path: Path) -> None:
     recipe(tmp_path, "inputs.yaml")
 
@@ -240,6 +244,7 @@ def test_inputs_default_when_not_given(tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("assignment", "input_name"),
     [
@@ -359,6 +364,7 @@ def test_invalid_recipe_with_json_prints_one_invalid_object(tmp_path: Path) -> N
     assert "fs.write" in tool["hint"]
 
 
+@pytest.mark.slow
 def test_validate_json_lists_problems(tmp_path: Path) -> None:
     recipe(tmp_path, "invalid.yaml")
     recipe(tmp_path, "write.yaml")
@@ -372,6 +378,7 @@ def test_validate_json_lists_problems(tmp_path: Path) -> None:
     assert one_json(good.stdout) == []
 
 
+@pytest.mark.slow
 def test_missing_recipe_file_is_a_clear_usage_error(tmp_path: Path) -> None:
     for command in (["run", "nope.yaml", "--yes"], ["validate", "nope.yaml"]):
         proc = planloom(*command, cwd=tmp_path)
@@ -384,6 +391,7 @@ def test_missing_recipe_file_is_a_clear_usage_error(tmp_path: Path) -> None:
 # -- failures -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_failing_step_fails_the_run(tmp_path: Path) -> None:
     recipe(tmp_path, "failing.yaml")
 
@@ -474,6 +482,7 @@ def test_on_failure_continue_skips_only_dependents(tmp_path: Path) -> None:
     assert "boom" in result["steps"]["after"]["error"]
 
 
+@pytest.mark.slow
 def test_on_failure_stop_leaves_dependents_pending(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(_ON_FAILURE.format(mode="stop"))
 
@@ -561,6 +570,7 @@ def test_graph_dot(tmp_path: Path) -> None:
         assert any(line.startswith(f'"{step}" [') for line in lines), step
 
 
+@pytest.mark.slow
 def test_graph_ascii(tmp_path: Path) -> None:
     recipe(tmp_path, "interrupt.yaml")
 
@@ -675,6 +685,7 @@ def test_tools_text_lists_every_builtin(tmp_path: Path) -> None:
 # -- plugins ------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_plugin_adds_a_function_capability(tmp_path: Path) -> None:
     recipe(tmp_path, "plugin.yaml")
     env = _plugin_env()
@@ -712,6 +723,7 @@ def test_recipe_needing_a_plugin_is_invalid_without_it(tmp_path: Path) -> None:
     no_traceback(proc)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("module", "message"),
     [("no_such_planloom_plugin", "cannot import"), ("cli_no_register", "register")],
@@ -736,6 +748,7 @@ def test_bad_plugin_is_a_configuration_error(tmp_path: Path, module: str, messag
     no_traceback(proc)
 
 
+@pytest.mark.slow
 def test_plugin_whose_register_raises_is_a_configuration_error(tmp_path: Path) -> None:
     recipe(tmp_path, "write.yaml")
 
@@ -916,6 +929,7 @@ def test_sigint_cancels_running_steps_runs_finally_and_kills_children(tmp_path: 
 # -- the shipped example ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shipped_project_report_recipe_runs(tmp_path: Path) -> None:
     """`recipes/project-report.yaml` in a small copy of the repository layout."""
     (tmp_path / "recipes").mkdir()
@@ -943,6 +957,7 @@ def test_shipped_project_report_recipe_runs(tmp_path: Path) -> None:
     assert "ended succeeded" in (tmp_path / ".planloom" / "report" / "runs.log").read_text()
 
 
+@pytest.mark.slow
 def test_tools_lists_the_confinement_layers_of_this_machine(tmp_path: Path) -> None:
     text = planloom("tools", cwd=tmp_path)
     assert text.returncode == 0

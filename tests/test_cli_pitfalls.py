@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pexpect
+import pytest
 from _procs import env, planloom
 
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ScriptedModel, ToolCall
@@ -40,6 +41,7 @@ def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 # -- 1. a goal planned with no tools granted -----------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_plan_that_stays_invalid_with_no_tools_granted_fails_and_says_why(
     tmp_path: Path,
 ) -> None:
@@ -63,6 +65,7 @@ def test_a_plan_that_stays_invalid_with_no_tools_granted_fails_and_says_why(
     assert "plan.finished" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_repaired_plan_shows_what_was_wrong_with_the_first(tmp_path: Path) -> None:
     (tmp_path / "caps.yaml").write_text(
         "capabilities: {fs: {root: ., read: true}}\n", encoding="utf-8"
@@ -80,6 +83,7 @@ def test_a_repaired_plan_shows_what_was_wrong_with_the_first(tmp_path: Path) -> 
     assert "did you mean" in proc.stderr.lower() or "fs.read" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_valid_plan_without_any_tools_says_none_are_granted(tmp_path: Path) -> None:
     talk = {"goal": "g", "steps": [{"id": "answer", "agent": {"goal": "say hi"}}]}
     with FakeOpenAIServer(ScriptedModel.sequence(talk, "hi")) as server:
@@ -94,6 +98,7 @@ def test_a_valid_plan_without_any_tools_says_none_are_granted(tmp_path: Path) ->
 # -- 5. replays: their messages, and the same JSON twice ----------------------------------
 
 
+@pytest.mark.slow
 def test_a_replay_says_recorded_decisions_and_gives_the_same_json_twice(tmp_path: Path) -> None:
     cassette = shutil.copy(MAIN_JOB / "cassette.yaml", tmp_path / "cassette.yaml")
     first = planloom("replay", cassette, "--json", cwd=tmp_path)
@@ -110,6 +115,7 @@ def test_a_replay_says_recorded_decisions_and_gives_the_same_json_twice(tmp_path
 # -- 6. saving a plan over an existing file ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_plan_o_refuses_to_replace_a_file_without_force(tmp_path: Path) -> None:
     (tmp_path / "caps.yaml").write_text(
         "capabilities: {fs: {root: ., read: true}}\n", encoding="utf-8"
@@ -130,6 +136,7 @@ def test_plan_o_refuses_to_replace_a_file_without_force(tmp_path: Path) -> None:
     assert not list(tmp_path.glob(".mine.yaml.*"))  # no draft left behind
 
 
+@pytest.mark.slow
 def test_the_plan_menu_asks_before_replacing_a_file(tmp_path: Path) -> None:
     (tmp_path / "caps.yaml").write_text(
         "capabilities: {fs: {root: ., read: true}}\n", encoding="utf-8"
@@ -195,6 +202,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_a_plugin_can_be_a_file_path_or_a_module_here_before_or_after_the_command(
     tmp_path: Path,
 ) -> None:
@@ -261,6 +269,7 @@ def test_a_can_fail_fan_out_keeps_the_outputs_of_the_items_that_succeeded(
     assert result["steps"]["count"]["status"] == "succeeded"  # it read the partial output
 
 
+@pytest.mark.slow
 def test_a_dry_run_runs_agent_steps_whose_tools_are_read_only(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("remember the milk", encoding="utf-8")
     (tmp_path / "r.yaml").write_text(

@@ -61,6 +61,7 @@ def in_terminal(folder: Path, *args: str, **extra: str) -> str:
 # -- colour -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_piped_output_has_no_escape_codes(tmp_path: Path) -> None:
     recipe(tmp_path, 0)
 
@@ -74,6 +75,7 @@ def test_piped_output_has_no_escape_codes(tmp_path: Path) -> None:
     assert "nap" in plain.stderr  # the summary is there, plainly
 
 
+@pytest.mark.slow
 def test_force_color_colours_piped_output(tmp_path: Path) -> None:
     recipe(tmp_path, 0)
 
@@ -87,6 +89,7 @@ def test_force_color_colours_piped_output(tmp_path: Path) -> None:
     json.loads(as_json.stdout)  # the JSON on stdout stays JSON
 
 
+@pytest.mark.slow
 def test_a_terminal_gets_colour_unless_no_color(tmp_path: Path) -> None:
     recipe(tmp_path, 0)
 
@@ -103,6 +106,7 @@ def test_a_terminal_gets_colour_unless_no_color(tmp_path: Path) -> None:
 # -- live progress and step times ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_running_steps_timer_ticks_between_events(tmp_path: Path) -> None:
     recipe(tmp_path, 2.5)
 
@@ -114,6 +118,7 @@ def test_a_running_steps_timer_ticks_between_events(tmp_path: Path) -> None:
     assert max(shown) >= 1.0
 
 
+@pytest.mark.slow
 def test_the_summary_and_json_give_each_steps_time(tmp_path: Path) -> None:
     recipe(tmp_path, 0.3)
 

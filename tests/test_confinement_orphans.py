@@ -139,6 +139,7 @@ def _inside(cgroup: Path | None, argv: list[str]) -> list[str]:
     return ["sh", "-c", 'echo $$ > "$0" && exec "$@"', str(cgroup / "cgroup.procs"), *argv]
 
 
+@pytest.mark.slow
 def test_kill_9_of_planloom_leaves_no_sandboxed_process(
     tmp_path: Path, marker: str, own_cgroup: Path | None
 ) -> None:
@@ -195,6 +196,7 @@ def test_next_start_kills_what_is_left_in_a_dead_engines_cgroup(
         survivor.wait(5)
 
 
+@pytest.mark.slow
 def test_a_call_from_a_thread_pool_is_not_killed_early(tmp_path: Path) -> None:
     """The parent-death signal fires when the *thread* that started the launcher ends:
     a call made in a worker thread (its own event loop) must still run to its end."""

@@ -73,6 +73,7 @@ def _failed(step: dict[str, Any]) -> str:
     return str(step["error"])
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_NO_MOUNTS, reason="no mount namespace for read-only mounts here")
 def test_children_cannot_write_existing_protected_paths(repo: Path) -> None:
     steps = _run(
@@ -93,6 +94,7 @@ def test_children_cannot_write_existing_protected_paths(repo: Path) -> None:
     assert (repo / ".env").read_text() == ENV
 
 
+@pytest.mark.slow
 def test_protected_paths_a_child_creates_are_removed_and_fail(repo: Path) -> None:
     steps = _run(
         repo,
@@ -115,6 +117,7 @@ def test_protected_paths_a_child_creates_are_removed_and_fail(repo: Path) -> Non
     assert (repo / ".env").read_text() == ENV
 
 
+@pytest.mark.slow
 def test_protected_grant_lets_the_step_write_the_hook(repo: Path) -> None:
     steps = _run(
         repo,
@@ -135,6 +138,7 @@ def test_protected_grant_lets_the_step_write_the_hook(repo: Path) -> None:
     assert not (repo / ".env.prod").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(shutil.which("git") is None, reason="git is not installed")
 def test_git_in_a_repository_reads_and_only_writes_with_the_grant(repo: Path) -> None:
     shutil.rmtree(repo / ".git")
@@ -156,6 +160,7 @@ def test_git_in_a_repository_reads_and_only_writes_with_the_grant(repo: Path) ->
     assert "Read-only file system" in _failed(steps["commit"])
 
 
+@pytest.mark.slow
 def test_protected_paths_layer_is_reported(repo: Path) -> None:
     steps = _run(repo, "{allow: ['true']}", {"t": ["true"]})
     state = steps["t"]["output"]["confinement"]["protected_paths"]
@@ -191,6 +196,7 @@ def test_children_cannot_read_secrets_in_etc(tmp_path: Path, argv: list[str]) ->
     assert steps["read"]["output"] is None
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _HAVE_LANDLOCK, reason="Landlock is unavailable")
 def test_ordinary_programs_still_find_what_they_need(tmp_path: Path) -> None:
     (tmp_path / "words.txt").write_text("b\na\n")
@@ -228,6 +234,7 @@ def _run_parallel(folder: Path, capabilities: str, steps: str) -> dict[str, Any]
     return result["steps"]
 
 
+@pytest.mark.slow
 def test_a_step_beside_others_cannot_hide_its_protected_write(repo: Path) -> None:
     """Steps running side by side in one folder see each other's files appear: the one
     that created `.env.x` fails whichever of them finishes first."""
@@ -247,6 +254,7 @@ def test_a_step_beside_others_cannot_hide_its_protected_write(repo: Path) -> Non
     assert not (repo / ".env.x").exists()
 
 
+@pytest.mark.slow
 def test_fs_write_allowed_beside_a_shell_step_is_kept(repo: Path) -> None:
     steps = _run_parallel(
         repo,
@@ -261,6 +269,7 @@ def test_fs_write_allowed_beside_a_shell_step_is_kept(repo: Path) -> None:
     assert (repo / ".env.local").read_text() == "A=1"
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(_NO_MOUNTS, reason="no mount namespace for read-only mounts here")
 def test_writing_through_a_protected_symlink_cannot_change_its_target(repo: Path) -> None:
     (repo / "config").mkdir()
@@ -271,6 +280,7 @@ def test_writing_through_a_protected_symlink_cannot_change_its_target(repo: Path
     assert (repo / "config" / "app.env").read_text() == ENV
 
 
+@pytest.mark.slow
 def test_a_tree_too_deep_to_check_fails_closed(repo: Path) -> None:
     # Past the walk's bound a `.git` could be hidden from the read-only mounts, so a call
     # that makes the tree too deep fails, and no call starts in such a tree.

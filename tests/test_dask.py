@@ -116,6 +116,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_a_200_item_fan_out_gives_the_same_statuses_and_outputs_as_local(
     tmp_path: Path, cluster: str
 ) -> None:
@@ -153,6 +154,7 @@ def test_a_200_item_fan_out_gives_the_same_statuses_and_outputs_as_local(
     assert (tmp_path / "out" / "n.txt").read_text() == "failed_acceptable"
 
 
+@pytest.mark.slow
 def test_calls_ran_on_the_workers_not_in_planloom(tmp_path: Path, cluster: str) -> None:
     (tmp_path / "pid.yaml").write_text(
         textwrap.dedent(
@@ -232,6 +234,7 @@ def test_a_worker_refuses_calls_its_grant_does_not_allow_even_if_sent_directly(
     assert not (tmp_path / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_refusals_on_the_workers_reach_the_run_as_the_local_ones_do(
     tmp_path: Path, cluster: str
 ) -> None:
@@ -310,6 +313,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_a_lost_worker_reruns_read_only_calls_and_never_repeats_a_side_effect(
     tmp_path: Path, cluster: str
 ) -> None:
@@ -367,6 +371,7 @@ def test_a_lost_worker_reruns_read_only_calls_and_never_repeats_a_side_effect(
     assert any(steps[s]["status"] != "succeeded" for s in ("change", "change_again"))
 
 
+@pytest.mark.slow
 def test_ctrl_c_leaves_no_process_on_any_worker(tmp_path: Path, cluster: str) -> None:
     marker = marker_seconds(300)
     (tmp_path / "sleepy.yaml").write_text(
@@ -411,6 +416,7 @@ def test_ctrl_c_leaves_no_process_on_any_worker(tmp_path: Path, cluster: str) ->
 # -- configuration -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_unreachable_scheduler_is_exit_2_before_any_step_runs(tmp_path: Path) -> None:
     (tmp_path / "w.yaml").write_text(
         "version: 1\nname: w\ncapabilities: {fs: {root: ., write: ['*']}}\n"
@@ -428,6 +434,7 @@ def test_an_unreachable_scheduler_is_exit_2_before_any_step_runs(tmp_path: Path)
     assert not (tmp_path / "s.db").exists()  # no run begun
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("value", "said"),
     [
@@ -453,6 +460,7 @@ def test_a_wrong_executor_is_refused_saying_the_forms(
     assert f"PLANLOOM_EXECUTOR {value!r}: {said}" in from_env.stderr
 
 
+@pytest.mark.slow
 def test_dask_local_starts_its_own_cluster_and_stops_it(tmp_path: Path) -> None:
     (tmp_path / "pid.yaml").write_text(
         "version: 1\nname: where\ncapabilities: {slow: {}}\n"
@@ -470,6 +478,7 @@ def test_dask_local_starts_its_own_cluster_and_stops_it(tmp_path: Path) -> None:
     assert gone(lambda: [p for p in workers if Path(f"/proc/{p}").exists()], within=10)
 
 
+@pytest.mark.slow
 def test_a_call_whose_outcome_is_unknown_is_in_doubt_when_the_run_is_resumed(
     tmp_path: Path,
 ) -> None:

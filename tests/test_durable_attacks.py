@@ -48,6 +48,7 @@ def _json(proc: subprocess.CompletedProcess[str]) -> dict[str, Any]:
 # -- a side effect repeated silently -------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_resuming_a_failed_for_each_serves_an_item_that_had_succeeded(tmp_path: Path) -> None:
     """Item `x` failed both its tries, item `y` then succeeded (appending `y`); the step
     failed. Resumed once `x` can succeed, `x` succeeds at its first try, and `y`'s call,
@@ -88,6 +89,7 @@ def test_resuming_a_failed_for_each_serves_an_item_that_had_succeeded(tmp_path: 
         )
 
 
+@pytest.mark.slow
 def test_a_for_each_item_in_flight_at_a_kill_is_not_made_again_by_yes(tmp_path: Path) -> None:
     """Three items, two at a time. In the run, `A` fails once and retries after 1.5 s
     (attempt 3) while `B` sleeps, so `C` starts fourth (attempt 4): it appends `C` and is
@@ -137,6 +139,7 @@ def test_a_for_each_item_in_flight_at_a_kill_is_not_made_again_by_yes(tmp_path: 
         )
 
 
+@pytest.mark.slow
 def test_a_call_in_doubt_that_is_denied_does_not_start_the_fallback(tmp_path: Path) -> None:
     """`deploy` was in flight at the kill (its line is in the ledger). Its fallback makes
     the same call. On resume `--yes` denies the call in doubt, as it must, and the step's
@@ -173,6 +176,7 @@ def test_a_call_in_doubt_that_is_denied_does_not_start_the_fallback(tmp_path: Pa
         )
 
 
+@pytest.mark.slow
 def test_a_fallback_call_in_flight_stays_in_doubt_when_the_read_only_primary_fails_sooner(
     tmp_path: Path,
 ) -> None:
@@ -225,6 +229,7 @@ def test_a_fallback_call_in_flight_stays_in_doubt_when_the_read_only_primary_fai
         )
 
 
+@pytest.mark.slow
 def test_two_resumes_at_once_do_not_both_make_the_same_call(tmp_path: Path) -> None:
     """Two `planloom resume` of one failed run, started together. The second reads the
     journal, then spends a while validating the recipe (listing a family's tools: an MCP
@@ -319,6 +324,7 @@ def test_a_forged_goal_plan_cannot_waive_a_gate(tmp_path: Path) -> None:
         )
 
 
+@pytest.mark.slow
 def test_ctrl_c_then_resume_never_makes_the_call_again_without_a_person(tmp_path: Path) -> None:
     """Interrupted with SIGINT while `work` and `quiet` (`confirm: never`) run: both calls
     are in doubt. A forged approval in the journal, a policy allowing every tool (alone and
@@ -395,6 +401,7 @@ MENU = r"\[A\]pprove all remaining  \[q\]uit > "
 REASON = r"reason \(optional\) > "
 
 
+@pytest.mark.slow
 def test_approve_all_at_the_terminal_does_not_cover_a_later_call_in_doubt(
     tmp_path: Path,
 ) -> None:
@@ -481,6 +488,7 @@ def test_resume_refuses_cassette_flags_and_dry_run(tmp_path: Path, flags: tuple[
         assert not it.store.exists()
 
 
+@pytest.mark.slow
 def test_resume_is_refused_while_the_run_or_another_resume_of_it_runs(tmp_path: Path) -> None:
     with lab(tmp_path) as it:
         it.recipe(
@@ -576,6 +584,7 @@ def test_a_hand_edited_journal_is_refused_with_a_message_not_a_traceback(
         assert done.returncode in ((2,) if command[0] == "resume" else (0, 2)), finding
 
 
+@pytest.mark.slow
 def test_a_forged_run_cannot_write_terminal_escapes_through_runs_or_show(
     tmp_path: Path,
 ) -> None:
@@ -598,6 +607,7 @@ def test_a_forged_run_cannot_write_terminal_escapes_through_runs_or_show(
     )
 
 
+@pytest.mark.slow
 def test_a_forged_journal_puts_no_markup_or_script_in_the_report(tmp_path: Path) -> None:
     """Markup in every field a journal can hold (ids, actions, statuses, who approved,
     outputs, errors, the run's name and recipe) is shown as text: the page has only its
@@ -705,6 +715,7 @@ def leaky(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Lab]:
         yield it
 
 
+@pytest.mark.slow
 def test_a_secret_in_questions_model_messages_and_errors_never_reaches_the_store(
     leaky: Lab,
 ) -> None:
@@ -726,6 +737,7 @@ def test_a_secret_cut_short_by_an_output_limit_never_reaches_the_store(leaky: La
     )
 
 
+@pytest.mark.slow
 def test_a_resume_does_not_send_the_redaction_marker_in_place_of_a_secret_input(
     tmp_path: Path,
 ) -> None:

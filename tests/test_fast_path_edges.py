@@ -141,6 +141,7 @@ def _limit_memory() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+@pytest.mark.slow
 def test_a_typo_in_a_large_recipe_is_reported_within_the_memory_loading_needs(
     tmp_path: Path,
 ) -> None:
@@ -240,6 +241,7 @@ def register(registry):
 '''
 
 
+@pytest.mark.slow
 def test_a_call_waiting_for_its_family_slot_is_not_in_doubt_on_resume(
     tmp_path: Path,
 ) -> None:

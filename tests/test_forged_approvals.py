@@ -149,6 +149,7 @@ def test_record_mode_once_replays_and_runs_nothing_live(project: Path) -> None:
     assert "nothing was run" in result["steps"]["pwn"]["error"]
 
 
+@pytest.mark.slow
 def test_a_recorded_item_approval_does_not_approve_a_new_identical_live_item(
     tmp_path: Path,
 ) -> None:
@@ -202,6 +203,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_a_forged_plan_edit_in_a_cassette_cannot_bring_in_live_steps(tmp_path: Path) -> None:
     # A recorded plan review (with its edit) answers only a pure replay: under
     # new_episodes the plan goes to the live reviewer, which fails closed here.

@@ -178,6 +178,7 @@ def check_alias_case(text: str, stop: tuple[int, int, str, int] | None) -> None:
     assert diag.hint
 
 
+@pytest.mark.slow
 def test_fuzz_alias_bombs() -> None:
     refused = Counter[bool]()
 
@@ -365,6 +366,7 @@ def test_fuzz_deep_json_answers() -> None:
     assert refused[False] >= 50, refused
 
 
+@pytest.mark.slow
 def test_fuzz_deep_plans_through_the_planner(tmp_path: Path) -> None:
     """The real planner: a too-deep plan is a `too-deep` problem sent back for repair,
     then the fallback; a plan under the cap is accepted as it is."""
@@ -416,6 +418,7 @@ def test_fuzz_deep_plans_through_the_planner(tmp_path: Path) -> None:
 # -- a handful through the real command, then the count ------------------------------------------
 
 
+@pytest.mark.slow
 def test_fuzz_through_the_cli(tmp_path: Path) -> None:
     rng = random.Random(10)
     for number in range(8):

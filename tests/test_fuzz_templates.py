@@ -190,6 +190,7 @@ _CHILD = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_hostile_templates_end_in_typed_errors_quickly_in_bounded_memory() -> None:
     args = [str(v) for v in (ADDRESS_SPACE, SEED, CASES, CASE_SECONDS)]
     try:

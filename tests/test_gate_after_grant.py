@@ -79,6 +79,7 @@ def test_approving_everything_approves_no_refused_call(tmp_path: Path) -> None:
     assert not (tmp_path / "elsewhere.txt").exists()
 
 
+@pytest.mark.slow
 def test_an_edit_at_the_gate_is_held_to_the_grant(tmp_path: Path) -> None:
     recipe = TEMPLATED.replace('"${{ inputs.prog }}", -c, x', "wc, -l").replace(
         '"${{ inputs.target }}"', "out/a.txt"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import networkx as nx
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -26,6 +27,7 @@ def steps(draw: st.DrawFn) -> list[Step]:
     return made
 
 
+@pytest.mark.slow
 @settings(max_examples=500, deadline=None)
 @given(steps())
 def test_is_acyclic_agrees_with_networkx(plan_steps: list[Step]) -> None:
@@ -40,6 +42,7 @@ def test_a_step_reading_itself_is_a_cycle() -> None:
     assert is_acyclic([Step(id="a", tool="t.run", depends_on=["elsewhere"])])
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(steps(), st.sets(st.sampled_from(IDS), max_size=4))
 def test_edges_agree_with_the_networkx_graph(plan_steps: list[Step], ended: set[str]) -> None:

@@ -123,6 +123,7 @@ def test_ascii_names_every_dependency_of_a_finally_step(tmp_path: Path) -> None:
     assert text.splitlines()[0] == "release: 3 steps, 3 finally"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "recipe",
     ["release", "project-report", "no-finally"],

@@ -44,6 +44,7 @@ def _write(folder: Path, name: str, text: str) -> None:
 # -- empty plans ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("steps", ["steps: []", "steps:"])
 def test_a_recipe_with_no_steps_is_an_empty_plan_not_a_success(work: Path, steps: str) -> None:
     _write(work, "r.yaml", f"version: 1\nname: nothing\n{steps}\n")
@@ -93,6 +94,7 @@ def _planned(
     return proc
 
 
+@pytest.mark.slow
 def test_an_empty_plan_from_the_model_goes_to_repair(work: Path) -> None:
     good = {
         "steps": [
@@ -120,6 +122,7 @@ def _prose_or_plan(request: ChatRequest) -> ChatReply:
     return ChatReply(content=PROSE)
 
 
+@pytest.mark.slow
 def test_a_goal_the_model_never_plans_is_not_reported_done(work: Path) -> None:
     """Repairs run out; the agent the goal falls back to answers prose twice: it must have
     used a tool, so the run fails, naming why, and nothing was written."""
@@ -138,6 +141,7 @@ def test_a_goal_the_model_never_plans_is_not_reported_done(work: Path) -> None:
     assert "does not count yet" in agent_turns[1].last_user_text()
 
 
+@pytest.mark.slow
 def test_planning_that_fails_says_so_without_a_resume_hint(tmp_path: Path) -> None:
     """No grants: the model's empty plans cannot fall back to an agent; nothing ran, so
     there is nothing to resume, and the summary says no steps ran."""
@@ -182,6 +186,7 @@ def _run(server: FakeOpenAIServer, work: Path) -> tuple[int, dict[str, Any]]:
     return proc.returncode, json.loads(proc.stdout)
 
 
+@pytest.mark.slow
 def test_an_agent_that_must_act_and_only_talks_fails_after_being_told_once(work: Path) -> None:
     _agent_recipe(work, min_tool_calls=1)
     with FakeOpenAIServer(ScriptedModel.sequence(PROSE, PROSE, PROSE)) as server:
@@ -197,6 +202,7 @@ def test_an_agent_that_must_act_and_only_talks_fails_after_being_told_once(work:
     assert turns == 2
 
 
+@pytest.mark.slow
 def test_an_agent_told_to_act_that_then_calls_a_tool_succeeds(work: Path) -> None:
     _agent_recipe(work, min_tool_calls=1)
     script = ScriptedModel.sequence(
@@ -212,6 +218,7 @@ def test_an_agent_told_to_act_that_then_calls_a_tool_succeeds(work: Path) -> Non
     assert step["usage"]["tool_calls"] == 1
 
 
+@pytest.mark.slow
 def test_a_failed_tool_call_does_not_count_towards_min_tool_calls(work: Path) -> None:
     _agent_recipe(work, min_tool_calls=1)
     script = ScriptedModel.sequence(
@@ -227,6 +234,7 @@ def test_a_failed_tool_call_does_not_count_towards_min_tool_calls(work: Path) ->
     assert "never asked for a tool" not in error  # it asked: the endpoint takes tools
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_drops_the_tools_is_named_not_trusted(work: Path) -> None:
     """As llama.cpp's default chat format does: the tools are not in the prompt (39 tokens
     counted), and the model answers prose. Even with no `min_tool_calls`, the step fails."""
@@ -244,6 +252,7 @@ def test_an_endpoint_that_drops_the_tools_is_named_not_trusted(work: Path) -> No
     assert "does not support tool calls (agent.no-tool-support)" in error
 
 
+@pytest.mark.slow
 def test_an_endpoint_that_counts_the_tools_and_a_model_that_answers_at_once_is_trusted(
     work: Path,
 ) -> None:
@@ -265,6 +274,7 @@ def test_min_tool_calls_is_checked_in_the_recipe(work: Path) -> None:
     assert "min_tool_calls" in problem["message"]
 
 
+@pytest.mark.slow
 def test_a_valid_plan_that_ignores_the_goals_paths_goes_to_repair(work: Path) -> None:
     """A small model copies the prompt's example: a valid plan, sure to "succeed", that
     does something else. A path the goal names and no step uses is a problem to repair."""
@@ -300,6 +310,7 @@ def test_a_valid_plan_that_ignores_the_goals_paths_goes_to_repair(work: Path) ->
     assert not (work / "work" / "out" / "summary.txt").exists()
 
 
+@pytest.mark.slow
 def test_a_plan_that_never_uses_the_goals_paths_is_not_run(work: Path) -> None:
     copied = {"steps": [{"id": "first", "tool": "fs.read", "params": {"path": "a.txt"}}]}
     with FakeOpenAIServer(lambda request: PROSE if request.tools else json.dumps(copied)) as server:
@@ -336,6 +347,7 @@ def _copies_the_example(request: ChatRequest) -> dict[str, Any]:
     return answer
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("goal", "wrong", "right", "told"),
     [
@@ -382,6 +394,7 @@ def test_a_valid_plan_that_is_not_for_its_goal_goes_to_repair(
     assert (work / "work" / path).read_text() == content
 
 
+@pytest.mark.slow
 def test_a_plan_that_makes_the_goals_file_and_reads_another_way_is_accepted(work: Path) -> None:
     """An existing path the goal names may be reached another way (a search, a listing):
     only a file still to be made must be named by a step."""

@@ -293,6 +293,7 @@ def plan_cmd(server: FakeOpenAIServer) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("depth", [DEPTH, 100_000])
 def test_a_too_deep_model_plan_is_sent_back_for_repair(depth: int, plan_space: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(deep_plan(depth), READ_PLAN)) as server:
@@ -309,6 +310,7 @@ def test_a_too_deep_model_plan_is_sent_back_for_repair(depth: int, plan_space: P
     assert json.loads(done.stdout)["steps"]["read_a"]["output"]["content"] == "apples"
 
 
+@pytest.mark.slow
 def test_a_model_that_keeps_nesting_too_deep_gets_the_fallback(plan_space: Path) -> None:
     model = ScriptedModel.sequence(
         deep_plan(DEPTH),
@@ -357,6 +359,7 @@ def test_step_ids_and_inputs_named_like_dict_methods_can_be_referenced(tmp_path:
     assert (tmp_path / "out.txt").read_text(encoding="utf-8") == expected
 
 
+@pytest.mark.slow
 def test_a_reference_to_a_dict_named_step_is_a_dependency(tmp_path: Path) -> None:
     # validation and run time agree: `steps.items.output` waits for the step `items`
     (tmp_path / "names.yaml").write_text(

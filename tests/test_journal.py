@@ -191,6 +191,7 @@ def test_a_store_of_another_format_is_refused_saying_so(tmp_path: Path) -> None:
     assert "format 99 is not supported" in proc.stderr
 
 
+@pytest.mark.slow
 def test_a_store_file_that_is_not_sqlite_exits_2_with_a_message(tmp_path: Path) -> None:
     path = tmp_path / "runs.db"
     path.write_bytes(b"this is not a database\n" * 200)
@@ -202,6 +203,7 @@ def test_a_store_file_that_is_not_sqlite_exits_2_with_a_message(tmp_path: Path) 
     assert path.read_bytes() == b"this is not a database\n" * 200  # left as it was
 
 
+@pytest.mark.slow
 def test_runs_without_a_store_is_an_empty_list_naming_the_path(tmp_path: Path) -> None:
     proc = cli("runs", cwd=tmp_path)
     assert (proc.returncode, proc.stderr) == (0, "")
@@ -238,6 +240,7 @@ def handshake_recipe(me: str, other: str) -> str:
         """
 
 
+@pytest.mark.slow
 def test_two_runs_at_once_in_one_store_are_both_journaled_whole(tmp_path: Path) -> None:
     store = tmp_path / "shared.db"
     for me, other in (("A", "B"), ("B", "A")):
@@ -309,6 +312,7 @@ def forms(secret: str) -> list[bytes]:
     ]
 
 
+@pytest.mark.slow
 def test_a_secret_in_params_and_outputs_never_reaches_the_store_files(
     tmp_path: Path, marker: str
 ) -> None:
@@ -382,6 +386,7 @@ def test_a_secret_in_params_and_outputs_never_reaches_the_store_files(
 # -- resume --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_resumed_for_each_serves_the_items_that_ran_and_reruns_the_failed_one(
     tmp_path: Path,
 ) -> None:
@@ -420,6 +425,7 @@ def test_a_resumed_for_each_serves_the_items_that_ran_and_reruns_the_failed_one(
     assert approvals == {"journal": 3, "--yes": 1}
 
 
+@pytest.mark.slow
 def test_a_resume_reruns_a_retried_step_that_failed_and_keeps_a_can_fail_one(
     tmp_path: Path,
 ) -> None:
@@ -481,6 +487,7 @@ outputs:
 """
 
 
+@pytest.mark.slow
 def test_a_resumed_agent_sends_no_journaled_turn_again_nor_repeats_its_tool_call(
     tmp_path: Path,
 ) -> None:
@@ -612,6 +619,7 @@ journal.finish(asyncio.run(executor.run()))
 """
 
 
+@pytest.mark.slow
 def test_a_question_answered_before_a_crash_is_not_asked_again_on_resume(
     tmp_path: Path,
 ) -> None:
@@ -646,6 +654,7 @@ def test_a_question_answered_before_a_crash_is_not_asked_again_on_resume(
 # -- `idempotent` --------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_idempotent_is_in_the_schema_and_a_non_bool_is_a_located_error(tmp_path: Path) -> None:
     proc = cli("schema", cwd=tmp_path)
     assert proc.returncode == 0
@@ -694,6 +703,7 @@ outputs:
 """
 
 
+@pytest.mark.slow
 def test_show_json_of_a_finished_run_is_what_run_json_printed(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(WRITER, encoding="utf-8")
     printed = run_json("run", "r.yaml", "--yes", "--store", "s.db", cwd=tmp_path)
@@ -706,6 +716,7 @@ def test_show_json_of_a_finished_run_is_what_run_json_printed(tmp_path: Path) ->
     assert run_json("show", again["run_id"], cwd=tmp_path) == again
 
 
+@pytest.mark.slow
 def test_show_json_of_an_interrupted_run_says_interrupted(tmp_path: Path, marker: str) -> None:
     write(
         tmp_path,
@@ -741,6 +752,7 @@ def test_show_json_of_an_interrupted_run_says_interrupted(tmp_path: Path, marker
     assert f"planloom resume {row['id']}" in text.stdout
 
 
+@pytest.mark.slow
 def test_runs_json_lists_each_run_with_its_fields(tmp_path: Path) -> None:
     path = tmp_path / "r.yaml"
     path.write_text(WRITER, encoding="utf-8")
@@ -763,6 +775,7 @@ def test_runs_json_lists_each_run_with_its_fields(tmp_path: Path) -> None:
     assert (rows[0]["status"], rows[0]["steps"], rows[0]["done"]) == ("failed", 2, 0)
 
 
+@pytest.mark.slow
 def test_a_dry_run_and_a_pure_replay_write_no_run(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(WRITER, encoding="utf-8")
     store = tmp_path / "s.db"
@@ -787,6 +800,7 @@ def test_a_dry_run_and_a_pure_replay_write_no_run(tmp_path: Path) -> None:
     assert not (tmp_path / ".planloom").exists()
 
 
+@pytest.mark.slow
 def test_a_call_in_flight_stays_in_doubt_when_its_params_changed_on_resume(
     tmp_path: Path, marker: str
 ) -> None:
@@ -825,6 +839,7 @@ def test_a_call_in_flight_stays_in_doubt_when_its_params_changed_on_resume(
     assert lines(tmp_path / "ledger.txt") == ["one"]  # not made again, with either word
 
 
+@pytest.mark.slow
 def test_a_planned_goal_resumes_from_its_journaled_plan_without_planning_again(
     tmp_path: Path, marker: str
 ) -> None:
@@ -873,6 +888,7 @@ def test_a_planned_goal_resumes_from_its_journaled_plan_without_planning_again(
     assert lines(tmp_path / "l") == ["1", "2"]
 
 
+@pytest.mark.slow
 def test_a_step_skipped_for_a_failed_dependency_runs_once_the_resume_fixes_it(
     tmp_path: Path,
 ) -> None:
@@ -948,6 +964,7 @@ def test_a_call_approved_as_served_never_runs_live_when_the_journal_lacks_it(
     store.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("flags", "said"),
     [

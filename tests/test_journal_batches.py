@@ -200,6 +200,7 @@ def _batch(rows: list[tuple[int, str, int]]) -> tuple[int, int, int]:
     raise AssertionError(f"no batch row in {rows}")
 
 
+@pytest.mark.slow
 def test_the_run_of_quick_steps_has_a_batch_row_and_resumes(
     run: tuple[Path, str, list[tuple[int, str, int]]],
 ) -> None:
@@ -225,6 +226,7 @@ def test_the_run_of_quick_steps_has_a_batch_row_and_resumes(
     assert again.returncode == 0, again.stderr  # the resume's entries chain on
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["edit", "delete", "swap", "copy"])
 def test_an_edited_batch_is_refused_naming_its_entries_and_nothing_runs(
     run: tuple[Path, str, list[tuple[int, str, int]]], how: str

@@ -116,6 +116,7 @@ EDITS = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("how", "seq"), [e[1:] for e in EDITS], ids=[e[0] for e in EDITS])
 def test_an_edited_journal_is_refused_naming_the_entry_and_nothing_runs(
     run: tuple[Path, str], how: str, seq: int
@@ -171,6 +172,7 @@ def test_an_edited_run_record_is_refused(run: tuple[Path, str], field: str) -> N
     assert not (folder / "marker").exists()
 
 
+@pytest.mark.slow
 def test_the_untouched_run_resumes_and_runs_step_b(run: tuple[Path, str]) -> None:
     """The control: the same store, not edited, resumes and `b` writes its marker."""
     folder, run_id = run
@@ -182,6 +184,7 @@ def test_the_untouched_run_resumes_and_runs_step_b(run: tuple[Path, str]) -> Non
     assert shown.returncode == 0, shown.stderr  # the resume's entries chain on
 
 
+@pytest.mark.slow
 def test_deleting_the_trailing_intent_of_a_killed_call_is_refused(tmp_path: Path) -> None:
     """`kill -9` during a side-effect call leaves its intent last in the journal; with that
     intent deleted, a resume would make the call again unasked. It is refused instead."""

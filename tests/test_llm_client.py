@@ -240,6 +240,7 @@ def test_a_timeout_is_retried_then_succeeds() -> None:
     assert len(server.requests) == 2
 
 
+@pytest.mark.slow
 def test_timeouts_on_every_attempt_give_step_timeout() -> None:
     with FakeOpenAIServer(lambda r: "never") as server:
         server.inject(*[Fault.delay(10)] * 4)
@@ -651,6 +652,7 @@ def test_requests_carry_temperature_when_configured() -> None:
 RECIPES = Path(__file__).resolve().parent.parent / "recipes"
 
 
+@pytest.mark.slow
 def test_commands_that_call_no_model_do_not_load_the_openai_client() -> None:
     """Importing `openai` costs about 0.4 s: `--help` and `validate` of a recipe without
     models never pay it; the client loads it when a run makes one."""

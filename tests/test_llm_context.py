@@ -77,6 +77,7 @@ def _system(server: FakeOpenAIServer) -> str:
     return content
 
 
+@pytest.mark.slow
 def test_a_large_grant_fits_a_small_context_as_a_compact_catalogue(folder: Path) -> None:
     _caps(folder, "{context_window: 2048, max_tokens: 256}")
     with FakeOpenAIServer(ScriptedModel.sequence(PLAN)) as server:
@@ -91,6 +92,7 @@ def test_a_large_grant_fits_a_small_context_as_a_compact_catalogue(folder: Path)
     assert len(server.requests) == 1  # the whole prompt was never sent
 
 
+@pytest.mark.slow
 def test_with_room_the_whole_catalogue_is_sent(folder: Path) -> None:
     _caps(folder, "{max_tokens: 256}")
     with FakeOpenAIServer(ScriptedModel.sequence(PLAN)) as server:
@@ -102,6 +104,7 @@ def test_with_room_the_whole_catalogue_is_sent(folder: Path) -> None:
     assert estimate_tokens(sent) + 256 > 2048  # what the small context could not take
 
 
+@pytest.mark.slow
 def test_a_context_even_the_compact_catalogue_overflows_sends_nothing(folder: Path) -> None:
     _caps(folder, "{max_tokens: 256}")
     with FakeOpenAIServer(ScriptedModel.sequence(PLAN)) as server:
@@ -134,6 +137,7 @@ def test_a_bad_context_or_mode_is_refused_before_any_request(
     assert requests == []
 
 
+@pytest.mark.slow
 def test_a_recipe_context_below_the_floor_is_located(folder: Path) -> None:
     _caps(folder, "{context_window: 10}")
     with FakeOpenAIServer(ScriptedModel.sequence(PLAN)) as server:
@@ -148,6 +152,7 @@ def test_a_recipe_context_below_the_floor_is_located(folder: Path) -> None:
 REFUSAL = {"error": {"message": "response_format.type: Input should be 'text'", "code": None}}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("where", "mode", "sent"),
     [
@@ -167,6 +172,7 @@ def test_a_fixed_mode_is_asked_for_from_the_first_request(
     assert formats == [sent]
 
 
+@pytest.mark.slow
 def test_a_fixed_mode_the_endpoint_refuses_is_reported_not_downgraded(folder: Path) -> None:
     _caps(folder, "{structured_output: json_schema}")
     with FakeOpenAIServer(ScriptedModel.sequence(PLAN)) as server:
@@ -183,6 +189,7 @@ def test_a_fixed_mode_the_endpoint_refuses_is_reported_not_downgraded(folder: Pa
 NULLS = {"depends_on": None, "when": None, "can_fail": None, "retry": None, "timeout": None}
 
 
+@pytest.mark.slow
 def test_a_plan_is_asked_for_strictly_and_its_nulls_are_fields_left_out(tmp_path: Path) -> None:
     """`json_schema` with `strict: true`: every field required, the optional ones nullable.
     The model's nulls are fields it left out: the plan runs as if they were not there."""
@@ -208,6 +215,7 @@ def test_a_plan_is_asked_for_strictly_and_its_nulls_are_fields_left_out(tmp_path
     assert set(step["required"]) == set(step["properties"])  # optional ones are nullable
 
 
+@pytest.mark.slow
 def test_an_agent_whose_conversation_would_not_fit_fails_unsent(tmp_path: Path) -> None:
     """The window guards every model call, an agent's too: the step fails saying what does
     not fit, and nothing reaches the endpoint (the run is stored: resume after a fix)."""

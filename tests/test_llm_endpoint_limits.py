@@ -172,6 +172,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_an_llm_extract_step_with_two_json_values_fails_as_bad_json(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(EXTRACT_RECIPE, encoding="utf-8")
     with FakeOpenAIServer(lambda r: '{"n": 1} {"n": 2}') as server:
@@ -218,6 +219,7 @@ def plan_read(
     )  # fmt: skip
 
 
+@pytest.mark.slow
 def test_a_truncated_plan_goes_to_repair_as_bad_json(workspace: Path) -> None:
     model = ScriptedModel.sequence(TRUNCATED, READ_PLAN)
     with FakeOpenAIServer(model) as server:
@@ -254,6 +256,7 @@ def test_the_finish_reason_is_kept() -> None:
     assert result.finish_reason == "length"
 
 
+@pytest.mark.slow
 def test_an_llm_extract_step_cut_off_says_so(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(EXTRACT_RECIPE, encoding="utf-8")
     cut = ChatReply('{"n": 1', finish_reason="length")
@@ -281,6 +284,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["flag", "variable"])
 def test_a_timeout_on_loopback_fails_in_bounded_time_naming_it(tmp_path: Path, how: str) -> None:
     (tmp_path / "job.yaml").write_text(COMPLETE_RECIPE, encoding="utf-8")
@@ -406,6 +410,7 @@ def agent_then_llm(request: ChatRequest) -> ChatReply | str | dict[str, Any]:
     return "hello"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("how", ["variable", "default"])
 def test_max_tokens_goes_with_every_request(workspace: Path, how: str) -> None:
     (workspace / "job.yaml").write_text(AGENT_RECIPE, encoding="utf-8")
@@ -442,6 +447,7 @@ def test_a_500_naming_response_format_downgrades_at_once() -> None:
     assert sleeps.delays == []
 
 
+@pytest.mark.slow
 def test_a_refusal_through_an_llm_extract_step_costs_one_request(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(EXTRACT_RECIPE, encoding="utf-8")
     with FakeOpenAIServer(lambda r: {"n": 5}) as server:
@@ -466,6 +472,7 @@ def test_a_refusal_body_is_shown_on_one_line() -> None:
     assert "response_format.type Input should be 'text' or 'json_object'" in message
 
 
+@pytest.mark.slow
 def test_a_traceback_in_an_error_body_is_shown_as_its_last_line(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(COMPLETE_RECIPE, encoding="utf-8")
     with FakeOpenAIServer(lambda r: "never") as server:
@@ -491,6 +498,7 @@ def test_a_traceback_in_an_error_body_is_shown_as_its_last_line(tmp_path: Path) 
 # -- the preflight, and a key refused at the first call ---------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preflight", [None, "chat"])
 def test_the_preflight_sends_no_chat_request_unless_asked(
     tmp_path: Path, preflight: str | None
@@ -526,6 +534,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_a_key_refused_at_the_first_call_stops_the_run_and_resume_goes_on(
     tmp_path: Path,
 ) -> None:
@@ -571,6 +580,7 @@ def test_the_refusal_message_is_the_preflights(tmp_path: Path) -> None:
     assert first == second + "; nothing was run"
 
 
+@pytest.mark.slow
 def test_a_recorded_refusal_replays_offline_as_it_went_live(workspace: Path) -> None:
     """A cassette of a planning whose first request was refused for its `response_format`
     (as every recording against llama-cpp-python is): the replay steps down the same way,
@@ -592,6 +602,7 @@ def test_a_recorded_refusal_replays_offline_as_it_went_live(workspace: Path) -> 
     assert result_of(replays[0])["steps"]["read_a"]["output"]["content"] == "apples"
 
 
+@pytest.mark.slow
 def test_a_plan_cut_at_max_tokens_goes_to_repair_as_cut_off(workspace: Path) -> None:
     cut = ChatReply('{"steps": [{"id": "read_a", "tool": "fs.read", "par', finish_reason="length")
     with FakeOpenAIServer(ScriptedModel.sequence(cut, READ_PLAN)) as server:

@@ -52,6 +52,7 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_a_401_on_chat_completions_stops_the_run_before_any_step(project: Path) -> None:
     (project / "job.yaml").write_text(SIDE_EFFECT_THEN_AGENT, encoding="utf-8")
     with FakeOpenAIServer(answer, chat_status=401) as server:
@@ -78,6 +79,7 @@ def test_a_401_on_chat_completions_stops_the_run_before_any_step(project: Path) 
     assert result["errors"][0]["rule"] == "configuration"
 
 
+@pytest.mark.slow
 def test_the_probe_is_not_counted_recorded_or_replayed(project: Path) -> None:
     (project / "job.yaml").write_text(SIDE_EFFECT_THEN_AGENT, encoding="utf-8")
     with FakeOpenAIServer(answer) as server:
@@ -124,6 +126,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_failed_model_calls_are_counted(project: Path) -> None:
     (project / "job.yaml").write_text(LLM_STEPS, encoding="utf-8")
     with FakeOpenAIServer(answer) as server:
@@ -153,6 +156,7 @@ def test_failed_model_calls_are_counted(project: Path) -> None:
     assert json.loads(replayed.stdout)["usage"] == result["usage"]
 
 
+@pytest.mark.slow
 def test_a_planning_call_that_failed_is_counted(project: Path) -> None:
     (project / "caps.yaml").write_text("capabilities: {fs: {root: work, read: true}}\n")
     with FakeOpenAIServer(answer) as server:

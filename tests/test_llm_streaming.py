@@ -196,6 +196,7 @@ def project(tmp_path: Path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_streamed_or_not_a_run_records_the_same_cassette(project: Path) -> None:
     counts = []
     for streams, cassette in ((True, "streamed.yaml"), (False, "plain.yaml")):
@@ -303,6 +304,7 @@ def test_a_plain_completion_to_a_streamed_request_is_taken_as_it_is() -> None:
 # -- timeouts and cancellation close the stream ------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_timeout_bounds_the_whole_call_not_each_read() -> None:
     # Each chunk comes within 0.3 s, so no read waits 1 s; the whole answer would take ~3 s.
     with FakeOpenAIServer(lambda r: LONG) as server:
@@ -341,6 +343,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_llm_timeout_ends_a_stalled_stream_and_closes_its_connection(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(COMPLETE_RECIPE, encoding="utf-8")
     with FakeOpenAIServer(lambda r: LONG) as server:
@@ -360,6 +363,7 @@ def test_llm_timeout_ends_a_stalled_stream_and_closes_its_connection(tmp_path: P
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.slow
 def test_ctrl_c_during_a_streamed_answer_closes_the_stream(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(COMPLETE_RECIPE, encoding="utf-8")
     with FakeOpenAIServer(lambda r: LONG) as server:
@@ -424,6 +428,7 @@ def test_a_stream_cut_on_every_attempt_is_a_broken_answer() -> None:
 # -- progress ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_progress_is_reported_while_streaming_at_most_twice_a_second() -> None:
     reports: list[tuple[float, int]] = []
     with FakeOpenAIServer(lambda r: LONG) as server:
@@ -444,6 +449,7 @@ def test_progress_is_reported_while_streaming_at_most_twice_a_second() -> None:
     assert min(gaps) >= PROGRESS_EVERY - 0.01, gaps
 
 
+@pytest.mark.slow
 def test_a_run_publishes_the_streaming_tokens_of_its_step(tmp_path: Path) -> None:
     (tmp_path / "job.yaml").write_text(COMPLETE_RECIPE, encoding="utf-8")
     with FakeOpenAIServer(lambda r: LONG) as server:

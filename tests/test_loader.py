@@ -630,6 +630,7 @@ def _recipes(draw: st.DrawFn) -> dict[str, Any]:
     return recipe
 
 
+@pytest.mark.slow
 @settings(max_examples=60, suppress_health_check=[HealthCheck.too_slow])
 @given(_recipes())
 def test_generated_recipes_round_trip(recipe: dict[str, Any]) -> None:

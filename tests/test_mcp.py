@@ -67,6 +67,7 @@ outputs:
 """
 
 
+@pytest.mark.slow
 def test_a_read_only_call_returns_content_and_structured_output_for_later_steps(
     project: Project,
 ) -> None:
@@ -128,6 +129,7 @@ outputs:
 """
 
 
+@pytest.mark.slow
 def test_an_is_error_result_fails_the_step_and_retry_fallback_and_can_fail_apply(
     project: Project,
 ) -> None:
@@ -177,6 +179,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_tools_with_side_effects_are_denied_without_a_terminal_or_yes(project: Project) -> None:
     project.write(GATED)
     before = project.notes()
@@ -197,6 +200,7 @@ TERMINAL_GATE = r"step '([^']+)' wants to run (\S+) \("
 TERMINAL_MENU = r"\[A\]pprove all remaining  \[q\]uit > "
 
 
+@pytest.mark.slow
 def test_the_gate_at_a_terminal_says_which_tool_the_server_marks_destructive(
     project: Project,
 ) -> None:
@@ -275,6 +279,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_validation_reports_tools_and_params_against_the_servers_listing(
     project: Project,
 ) -> None:
@@ -335,6 +340,7 @@ def test_validation_reports_tools_and_params_against_the_servers_listing(
     assert project.notes() == before
 
 
+@pytest.mark.slow
 def test_a_valid_recipe_validates_cleanly(project: Project) -> None:
     project.write(READ_ONLY)
 
@@ -369,6 +375,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_servers_that_cannot_start_or_answer_are_located_configuration_errors(
     project: Project,
 ) -> None:
@@ -453,6 +460,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_a_server_that_cannot_start_does_not_hide_the_problems_of_the_others(
     project: Project,
 ) -> None:
@@ -513,6 +521,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_a_server_that_crashes_or_hangs_fails_that_call_and_the_run_goes_on(
     project: Project,
 ) -> None:
@@ -597,6 +606,7 @@ def accepted(listener: socket.socket) -> int:
         count += 1
 
 
+@pytest.mark.slow
 def test_a_server_writes_only_under_its_cwd_and_has_no_network_unless_granted(
     project: Project, listeners: tuple[socket.socket, socket.socket]
 ) -> None:
@@ -645,6 +655,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_tools_lists_the_recipes_mcp_tools_with_schemas_and_side_effects(
     project: Project,
 ) -> None:

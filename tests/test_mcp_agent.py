@@ -72,6 +72,7 @@ def offered(request: ChatRequest, name: str) -> dict[str, Any]:
     return function
 
 
+@pytest.mark.slow
 def test_the_model_calls_mcp_tools_two_in_one_turn(project: Project) -> None:
     model = ScriptedModel.sequence(
         ChatReply(
@@ -111,6 +112,7 @@ def test_the_model_calls_mcp_tools_two_in_one_turn(project: Project) -> None:
     assert result["usage"]["llm_calls"] == 2
 
 
+@pytest.mark.slow
 def test_tools_the_grant_withholds_or_the_step_does_not_offer_are_refused(
     project: Project,
 ) -> None:
@@ -148,6 +150,7 @@ def test_tools_the_grant_withholds_or_the_step_does_not_offer_are_refused(
     assert result["usage"]["tool_calls"] == 1
 
 
+@pytest.mark.slow
 def test_an_agents_side_effect_is_gated_without_approval(project: Project) -> None:
     model = ScriptedModel.sequence(
         ChatReply(tool_calls=[ToolCall("mcp__notes__add_note", {"text": "sneaky"}, id="c1")]),
@@ -175,6 +178,7 @@ capabilities:
 """
 
 
+@pytest.mark.slow
 def test_a_goal_is_planned_with_the_servers_tools_and_a_read_only_plan_runs_unreviewed(
     project: Project,
 ) -> None:

@@ -147,6 +147,7 @@ def _validate(text: str, base_dir: Path) -> PlanValidationError:
 # -- hostile input schemas ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_catastrophic_pattern_in_an_input_schema_does_not_hang_validation(
     folder: Folder,
 ) -> None:
@@ -206,6 +207,7 @@ def test_a_server_that_fails_while_listing_is_a_configuration_error(
 # -- hostile protocol -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["silent", "garbage", "pages"])
 def test_a_server_that_never_answers_properly_fails_within_its_startup_timeout(
     folder: Folder, mode: str
@@ -379,6 +381,7 @@ def secret_run(tmp_path_factory: pytest.TempPathFactory) -> SecretRun:
     )
 
 
+@pytest.mark.slow
 def test_the_header_token_stays_out_of_the_output_the_log_and_the_cassette(
     secret_run: SecretRun,
 ) -> None:
@@ -648,6 +651,7 @@ time.sleep(600)
 """
 
 
+@pytest.mark.slow
 def test_nothing_outlives_planloom_interrupted_mid_call_with_a_daemonized_child(
     folder: Folder,
 ) -> None:

@@ -6,6 +6,8 @@ import json
 import shutil
 from pathlib import Path
 
+import pytest
+
 from tests._procs import planloom, run_json
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "recipes" / "mcp-notes"
@@ -17,6 +19,7 @@ def copy_example(tmp_path: Path) -> Path:
     return folder
 
 
+@pytest.mark.slow
 def test_the_example_runs_and_its_gated_step_writes_only_in_the_servers_folder(
     tmp_path: Path,
 ) -> None:
@@ -32,6 +35,7 @@ def test_the_example_runs_and_its_gated_step_writes_only_in_the_servers_folder(
     assert [a["step_id"] for a in result["approvals"]] == ["add"]
 
 
+@pytest.mark.slow
 def test_unattended_the_examples_write_is_denied_and_nothing_is_written(tmp_path: Path) -> None:
     folder = copy_example(tmp_path)
     proc = planloom("run", "notes.yaml", "--json", cwd=folder)
@@ -42,6 +46,7 @@ def test_unattended_the_examples_write_is_denied_and_nothing_is_written(tmp_path
     assert not (folder / "data" / "notes.txt").exists()
 
 
+@pytest.mark.slow
 def test_the_examples_ungranted_tool_is_refused_at_validation(tmp_path: Path) -> None:
     folder = copy_example(tmp_path)
     recipe = folder / "notes.yaml"

@@ -90,6 +90,7 @@ outputs:
 """
 
 
+@pytest.mark.slow
 def test_calls_over_http_with_the_header_from_the_environment(
     project: Project, remote: HTTPServer, token: str
 ) -> None:
@@ -142,6 +143,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_an_http_tool_with_side_effects_is_gated(
     project: Project, remote: HTTPServer, token: str
 ) -> None:
@@ -210,6 +212,7 @@ def test_plain_http_to_anything_but_loopback_is_refused(project: Project, url: s
     }
 
 
+@pytest.mark.slow
 def test_a_server_that_is_not_listening_is_a_configuration_error(project: Project) -> None:
     url = f"http://127.0.0.1:{free_port()}/mcp"
     text = project.write(grant(url) + CHECKS)

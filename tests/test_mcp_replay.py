@@ -110,6 +110,7 @@ def watched(project: Project, *args: str) -> tuple[subprocess.CompletedProcess[s
     return proc, seen
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "command",
     [["replay", "c.yaml", "--json"], ["run", "r.yaml", "--replay", "c.yaml", "--json"]],
@@ -132,6 +133,7 @@ def test_a_replay_reproduces_the_run_without_starting_the_server(
     assert project.notes() == notes, "a replay made a side effect"
 
 
+@pytest.mark.slow
 def test_a_changed_side_effect_call_is_not_served_from_the_cassette(
     recorded: tuple[Project, dict[str, Any]],
 ) -> None:
@@ -170,6 +172,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_a_listing_forged_to_call_a_tool_read_only_cannot_run_it_live(tmp_path: Path) -> None:
     project = make_project(tmp_path)
     project.write(SIDE_EFFECT)

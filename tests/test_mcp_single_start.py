@@ -11,6 +11,7 @@ import shutil
 import uuid
 from pathlib import Path
 
+import pytest
 from _procs import gone, pids_with, planloom
 
 SERVER = Path(__file__).parent / "mcp_servers" / "counting_server.py"
@@ -55,6 +56,7 @@ def starts(folder: Path) -> int:
     return len(log.read_text().splitlines()) if log.exists() else 0
 
 
+@pytest.mark.slow
 def test_a_run_starts_its_stdio_server_once(tmp_path: Path) -> None:
     folder, marker = project(tmp_path)
 
@@ -69,6 +71,7 @@ def test_a_run_starts_its_stdio_server_once(tmp_path: Path) -> None:
     assert gone(lambda: pids_with(marker), within=5), "the server outlived the run"
 
 
+@pytest.mark.slow
 def test_validate_starts_the_server_once_and_leaves_none_running(tmp_path: Path) -> None:
     folder, marker = project(tmp_path)
 
@@ -79,6 +82,7 @@ def test_validate_starts_the_server_once_and_leaves_none_running(tmp_path: Path)
     assert gone(lambda: pids_with(marker), within=5), "a listed server outlived validate"
 
 
+@pytest.mark.slow
 def test_a_run_with_an_invalid_step_stops_the_listed_server(tmp_path: Path) -> None:
     folder, marker = project(tmp_path)
     text = (folder / "r.yaml").read_text().replace("{text: unused}", "{txt: unused}")

@@ -187,6 +187,7 @@ def test_protected_entries_the_launch_opens_are_kept(recipe_dir: Path, marker: s
     assert created.read_text() == "A=1"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("network", [False, True])
 def test_network_only_when_allowed(recipe_dir: Path, marker: str, network: bool) -> None:
     if not network:
@@ -215,6 +216,7 @@ def test_network_only_when_allowed(recipe_dir: Path, marker: str, network: bool)
                 listener.accept()
 
 
+@pytest.mark.slow
 def test_nothing_outlives_the_connection(recipe_dir: Path, marker: str) -> None:
     transport = ConfinedStdio(_launch(recipe_dir, marker))
 
@@ -245,6 +247,7 @@ def _our_cgroups(pid: int | None = None) -> list[str]:
     return [str(path) for path in Path(base).glob(f"planloom-{pid or os.getpid()}-*")]
 
 
+@pytest.mark.slow
 def test_a_killed_engine_takes_the_server_down(recipe_dir: Path, marker: str) -> None:
     """`kill -9` of the process holding the connection: the parent-death chain ends all."""
     holder = subprocess.Popen(
@@ -278,6 +281,7 @@ def test_a_killed_engine_takes_the_server_down(recipe_dir: Path, marker: str) ->
                 os.rmdir(cgroup)
 
 
+@pytest.mark.slow
 def test_cancelled_mid_call_leaves_nothing(recipe_dir: Path, marker: str) -> None:
     async def hang() -> None:
         async with asyncio.timeout(1.5):
@@ -295,6 +299,7 @@ def test_cancelled_mid_call_leaves_nothing(recipe_dir: Path, marker: str) -> Non
     assert pids_with(marker, whole_argument=True) == []
 
 
+@pytest.mark.slow
 def test_crash_mid_call_fails_at_once(recipe_dir: Path, marker: str) -> None:
     transport = ConfinedStdio(_launch(recipe_dir, marker))
 

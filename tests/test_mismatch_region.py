@@ -61,6 +61,7 @@ def record_then_replay(tmp_path: Path, recorded: str, changed: str) -> tuple[str
     return replayed.stderr, step["error"]
 
 
+@pytest.mark.slow
 def test_a_long_one_line_prompt_changed_after_300_chars_shows_both_changed_words(
     tmp_path: Path,
 ) -> None:
@@ -75,6 +76,7 @@ def test_a_long_one_line_prompt_changed_after_300_chars_shows_both_changed_words
         assert f"from character {len(LEAD) + len('End with the supplier named ') + 1}" in text
 
 
+@pytest.mark.slow
 def test_a_long_line_in_a_multi_line_prompt_is_shown_around_its_change(tmp_path: Path) -> None:
     """The line diff showed a changed line whole: 3000 characters for one changed word."""
     filler = "".join(f"row {n} holds nothing of note; " for n in range(120))

@@ -93,6 +93,7 @@ def plan_args(server: FakeOpenAIServer, *extra: str, goal: str = GOAL) -> list[s
 # -- plan, approve, run, save; then run the saved recipe ---------------------------------------
 
 
+@pytest.mark.slow
 def test_plan_runs_the_planned_steps_and_saves_a_recipe_that_runs(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(WRITE_PLAN)) as server:
         proc = planloom(*plan_args(server, "--yes", "--json", "-o", "out.yaml"), cwd=workspace)
@@ -137,6 +138,7 @@ def test_plan_runs_the_planned_steps_and_saves_a_recipe_that_runs(workspace: Pat
         assert len(server.requests) == 1  # a recipe with steps needs no planning
 
 
+@pytest.mark.slow
 def test_validate_accepts_the_saved_plan(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN)) as server:
         proc = planloom(*plan_args(server, "-o", "read.yaml", goal=READ), cwd=workspace)
@@ -146,6 +148,7 @@ def test_validate_accepts_the_saved_plan(workspace: Path) -> None:
     assert json.loads(check.stdout) == []
 
 
+@pytest.mark.slow
 def test_a_plan_repaired_from_errors_runs(workspace: Path) -> None:
     typo = {"steps": [{"id": "read_a", "tool": "fs.raed", "params": {"path": "a.txt"}}]}
     with FakeOpenAIServer(ScriptedModel.sequence(typo, READ_PLAN)) as server:
@@ -160,6 +163,7 @@ def test_a_plan_repaired_from_errors_runs(workspace: Path) -> None:
 # -- approval of the plan ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_side_effects_without_a_terminal_or_yes_reject_the_plan(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(WRITE_PLAN)) as server:
         proc = planloom(*plan_args(server, "--json"), cwd=workspace)
@@ -171,6 +175,7 @@ def test_side_effects_without_a_terminal_or_yes_reject_the_plan(workspace: Path)
     assert not (workspace / "work" / "out").exists()
 
 
+@pytest.mark.slow
 def test_no_rejects_the_plan(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(WRITE_PLAN)) as server:
         proc = planloom(*plan_args(server, "--no", "-o", "saved.yaml"), cwd=workspace)
@@ -180,6 +185,7 @@ def test_no_rejects_the_plan(workspace: Path) -> None:
     assert (workspace / "saved.yaml").is_file()  # saved for review even when rejected
 
 
+@pytest.mark.slow
 def test_a_read_only_plan_runs_without_approval(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN)) as server:
         proc = planloom(*plan_args(server, "--json", goal=READ), cwd=workspace)
@@ -193,6 +199,7 @@ def test_a_read_only_plan_runs_without_approval(workspace: Path) -> None:
 # -- configuration errors before any step ---------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_refused_key_exits_2_before_any_step(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(WRITE_PLAN), api_key="right") as server:
         proc = planloom(
@@ -212,6 +219,7 @@ def test_a_refused_key_exits_2_before_any_step(workspace: Path) -> None:
     assert not (workspace / "work" / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_right_key_is_sent(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN), api_key="right") as server:
         proc = planloom(
@@ -221,6 +229,7 @@ def test_the_right_key_is_sent(workspace: Path) -> None:
     assert proc.returncode == 0, proc.stderr
 
 
+@pytest.mark.slow
 def test_a_missing_model_exits_2(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(WRITE_PLAN)) as server:
         proc = planloom(
@@ -234,6 +243,7 @@ def test_a_missing_model_exits_2(workspace: Path) -> None:
     assert not (workspace / "work" / "out").exists()
 
 
+@pytest.mark.slow
 def test_the_model_can_come_from_the_environment(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN)) as server:
         proc = planloom(
@@ -254,6 +264,7 @@ def test_a_missing_key_for_a_remote_endpoint_exits_2(workspace: Path) -> None:
     assert "OPENAI_API_KEY" in proc.stderr
 
 
+@pytest.mark.slow
 def test_an_agent_recipe_without_a_model_exits_2(tmp_path: Path) -> None:
     (tmp_path / "jail").mkdir()
     (tmp_path / "agent.yaml").write_text(AGENT_RECIPE, encoding="utf-8")
@@ -281,6 +292,7 @@ AGENT_RECIPE = textwrap.dedent(
 )
 
 
+@pytest.mark.slow
 def test_an_agent_steps_tool_calls_go_through_the_sandbox(tmp_path: Path) -> None:
     (tmp_path / "jail").mkdir()
     (tmp_path / "agent.yaml").write_text(AGENT_RECIPE, encoding="utf-8")
@@ -329,6 +341,7 @@ def test_an_agent_steps_tool_calls_go_through_the_sandbox(tmp_path: Path) -> Non
     assert result["usage"]["llm_calls"] == 2
 
 
+@pytest.mark.slow
 def test_an_agent_write_is_gated_without_yes(tmp_path: Path) -> None:
     (tmp_path / "jail").mkdir()
     (tmp_path / "agent.yaml").write_text(AGENT_RECIPE, encoding="utf-8")
@@ -350,6 +363,7 @@ def test_an_agent_write_is_gated_without_yes(tmp_path: Path) -> None:
 # -- transient model errors -----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_429_is_retried_and_the_run_succeeds(workspace: Path) -> None:
     with FakeOpenAIServer(ScriptedModel.sequence(READ_PLAN)) as server:
         server.inject(Fault.status(429))

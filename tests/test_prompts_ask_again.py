@@ -130,6 +130,7 @@ def test_the_end_of_input_at_a_gate_still_denies(
 # -- the plan review -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_plan_menu_asks_again_after_an_unknown_key_or_enter_then_approves(
     tmp_path: Path, caps: Path, spawn: Callable[..., Session]
 ) -> None:
@@ -150,6 +151,7 @@ def test_the_plan_menu_asks_again_after_an_unknown_key_or_enter_then_approves(
     assert (tmp_path / "out" / "a.txt").read_text(encoding="utf-8") == "planned"
 
 
+@pytest.mark.slow
 def test_the_end_of_input_when_saving_a_plan_saves_nothing(
     tmp_path: Path, caps: Path, spawn: Callable[..., Session]
 ) -> None:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -377,6 +378,7 @@ def check_concurrency(out: Outcome, spec: PlanSpec) -> None:
 # -- properties ----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @given(plans())
 def test_random_dags_follow_step_semantics(spec: PlanSpec) -> None:
     out = execute(spec)
@@ -393,6 +395,7 @@ def test_random_dags_follow_step_semantics(spec: PlanSpec) -> None:
     check_concurrency(out, spec)
 
 
+@pytest.mark.slow
 @given(plans())
 def test_run_status_is_failed_iff_a_step_failed_or_was_denied(spec: PlanSpec) -> None:
     out = execute(spec)

@@ -72,6 +72,7 @@ def test_record_modes_are_the_engines() -> None:
     assert engine.pytest_plugin.RECORD_MODES == engine.recording.RECORD_MODES
 
 
+@pytest.mark.slow
 def test_plugin_is_loaded_by_its_entry_point(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(
         test_fixture="""
@@ -248,6 +249,7 @@ def test_replay_without_its_cassette_names_the_file_and_how_to_record(
     assert not (pytester.path / "cassettes").exists()
 
 
+@pytest.mark.slow
 def test_once_records_a_missing_cassette_that_later_runs_replay(
     pytester: pytest.Pytester,
 ) -> None:
@@ -269,6 +271,7 @@ def test_once_records_a_missing_cassette_that_later_runs_replay(
     live.stdout.fnmatch_lines(["E*AssertionError: fs.read: no such file 'data.txt'*"])
 
 
+@pytest.mark.slow
 def test_unused_recordings_are_a_warning(pytester: pytest.Pytester) -> None:
     recipe = pytester.makefile(
         ".yaml",
@@ -301,6 +304,7 @@ def test_marker_is_listed_by_pytest_markers(pytester: pytest.Pytester) -> None:
     )
 
 
+@pytest.mark.slow
 def test_a_mismatch_says_how_to_record_again_with_the_pytest_option(
     pytester: pytest.Pytester,
 ) -> None:
@@ -320,6 +324,7 @@ def test_a_mismatch_says_how_to_record_again_with_the_pytest_option(
     assert "--record-mode " not in out  # the CLI's flag means nothing to pytest
 
 
+@pytest.mark.slow
 def test_replay_paths_start_at_the_test_file(pytester: pytest.Pytester) -> None:
     (pytester.path / "sub").mkdir()
     (pytester.path / "sub" / "read.yaml").write_text(READ_RECIPE)

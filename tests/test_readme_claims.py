@@ -12,6 +12,7 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
 from _procs import TIMEOUT, env, planloom
 
 from engine.testing import FakeOpenAIServer, ScriptedModel, replay
@@ -20,6 +21,7 @@ ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
 
 
+@pytest.mark.slow
 def test_the_scripted_model_example_runs_as_written(tmp_path: Path) -> None:
     found = re.search(r"```python\n(# scripted\.py.*?)```", README, re.S)
     assert found, "the README's scripted-model example is missing"

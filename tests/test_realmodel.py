@@ -28,7 +28,7 @@ from _procs import env, planloom
 from _realmodel import LlamaServer, free_port, llama_server
 
 # One server for them all: the suite runs with `--dist loadfile`, this file on one worker.
-pytestmark = pytest.mark.realmodel
+pytestmark = [pytest.mark.realmodel, pytest.mark.slow]
 
 __all__ = ["llama_server"]  # the session fixture, found by pytest under this name
 

@@ -125,6 +125,7 @@ def edit_cassette(path: Path, change: Any) -> None:
 # -- record, stop the server, replay ----------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_replay_with_the_server_stopped_matches_the_recorded_run(project: Path) -> None:
     recorded = record(project)
     assert recorded["status"] == "succeeded"
@@ -147,6 +148,7 @@ def test_a_replay_with_the_server_stopped_matches_the_recorded_run(project: Path
     assert "nothing is live" in replayed.stderr
 
 
+@pytest.mark.slow
 def test_planloom_replay_runs_the_cassettes_own_plan(project: Path) -> None:
     recorded = record(project)
     (project / "brief.yaml").unlink()  # the cassette holds the plan
@@ -157,6 +159,7 @@ def test_planloom_replay_runs_the_cassettes_own_plan(project: Path) -> None:
     assert comparable(json.loads(replayed.stdout)) == comparable(recorded)
 
 
+@pytest.mark.slow
 def test_a_replay_reaches_no_model_even_when_one_is_up(project: Path) -> None:
     record(project)
     model = ScriptedModel(scripted)
@@ -169,6 +172,7 @@ def test_a_replay_reaches_no_model_even_when_one_is_up(project: Path) -> None:
     assert model.calls == []
 
 
+@pytest.mark.slow
 def test_recording_the_same_run_again_gives_a_byte_identical_cassette(project: Path) -> None:
     record(project, "first.yaml")
     shutil.rmtree(project / "data" / "out")  # what the first run wrote: fs.list would see it
@@ -179,6 +183,7 @@ def test_recording_the_same_run_again_gives_a_byte_identical_cassette(project: P
     assert b"latency" not in first
 
 
+@pytest.mark.slow
 def test_a_cassette_holds_every_kind_of_entry(project: Path) -> None:
     record(project)
     cassette = Cassette.load(project / "brief.cassette.yaml")
@@ -212,6 +217,7 @@ def test_a_cassette_holds_every_kind_of_entry(project: Path) -> None:
 # -- mismatches ------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_changed_prompt_fails_naming_the_step_with_a_diff(project: Path) -> None:
     record(project)
     recipe = project / "brief.yaml"
@@ -233,6 +239,7 @@ def test_a_changed_prompt_fails_naming_the_step_with_a_diff(project: Path) -> No
     assert result["replay"]["mismatches"][0].startswith("replay: step 'summary'")
 
 
+@pytest.mark.slow
 def test_a_deleted_tool_entry_fails_naming_the_step_and_runs_nothing(project: Path) -> None:
     record(project)
     cassette = project / "brief.cassette.yaml"
@@ -251,6 +258,7 @@ def test_a_deleted_tool_entry_fails_naming_the_step_and_runs_nothing(project: Pa
     assert not (project / "data" / "out" / "brief.md").exists()
 
 
+@pytest.mark.slow
 def test_a_deleted_model_entry_fails_naming_the_agent_step(project: Path) -> None:
     record(project)
     cassette = project / "brief.cassette.yaml"
@@ -270,6 +278,7 @@ def test_a_deleted_model_entry_fails_naming_the_agent_step(project: Path) -> Non
     assert "messages[2]: absent in the recording" in replayed.stderr
 
 
+@pytest.mark.slow
 def test_a_changed_gated_call_has_no_decision_and_fails(project: Path) -> None:
     record(project)
     recipe = project / "brief.yaml"
@@ -282,6 +291,7 @@ def test_a_changed_gated_call_has_no_decision_and_fails(project: Path) -> None:
     assert 'path: recorded "out/brief.md", now "out/other.md"' in replayed.stderr
 
 
+@pytest.mark.slow
 def test_can_fail_does_not_hide_a_mismatch(project: Path) -> None:
     record(project)
     recipe = project / "brief.yaml"
@@ -298,6 +308,7 @@ def test_can_fail_does_not_hide_a_mismatch(project: Path) -> None:
     assert json.loads(replayed.stdout)["steps"]["summary"]["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_unused_recordings_are_reported(project: Path) -> None:
     record(project)
     recipe = project / "brief.yaml"
@@ -320,6 +331,7 @@ def test_unused_recordings_are_reported(project: Path) -> None:
 # -- secrets ---------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_planted_api_key_and_secret_tool_output_never_reach_the_cassette(
     project: Path,
 ) -> None:
@@ -355,6 +367,7 @@ def test_mode_none_with_no_cassette_is_a_configuration_error(project: Path) -> N
     assert "cassette missing.yaml does not exist; record it first with --record" in done.stderr
 
 
+@pytest.mark.slow
 def test_mode_once_records_when_missing_then_replays(project: Path) -> None:
     model = ScriptedModel(scripted)
     with FakeOpenAIServer(model) as server:
@@ -371,6 +384,7 @@ def test_mode_once_records_when_missing_then_replays(project: Path) -> None:
     assert "replaying c.yaml" in second.stderr
 
 
+@pytest.mark.slow
 def test_mode_new_episodes_records_only_what_is_missing(project: Path) -> None:
     record(project)
     cassette = project / "brief.cassette.yaml"
@@ -392,6 +406,7 @@ def test_mode_new_episodes_records_only_what_is_missing(project: Path) -> None:
     assert planloom("run", "brief.yaml", "--replay", cassette, cwd=project).returncode == 0
 
 
+@pytest.mark.slow
 def test_mode_all_records_everything_again(project: Path) -> None:
     record(project)
     model = ScriptedModel(scripted)
@@ -404,6 +419,7 @@ def test_mode_all_records_everything_again(project: Path) -> None:
     assert len(model.calls) == 3
 
 
+@pytest.mark.slow
 def test_live_tools_run_reads_for_real_and_still_serve_side_effects(project: Path) -> None:
     record(project)
     (project / "data" / "new.txt").write_text("added after the recording\n")
@@ -422,6 +438,7 @@ def test_live_tools_run_reads_for_real_and_still_serve_side_effects(project: Pat
     assert not (project / "data" / "out" / "brief.md").exists()
 
 
+@pytest.mark.slow
 def test_record_mode_without_a_cassette_and_dry_run_with_one_are_usage_errors(
     project: Path,
 ) -> None:
@@ -439,6 +456,7 @@ def test_record_mode_without_a_cassette_and_dry_run_with_one_are_usage_errors(
 # -- broken cassettes ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("text", "message"),
     [
@@ -463,6 +481,7 @@ def test_a_broken_cassette_says_what_is_wrong(project: Path, text: str, message:
 # -- the shipped main job --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_the_shipped_main_job_replays_offline() -> None:
     done = planloom("replay", "recipes/main-job/cassette.yaml", "--json", cwd=ROOT)
     assert done.returncode == 0, done.stderr
@@ -477,6 +496,7 @@ def test_the_shipped_main_job_replays_offline() -> None:
     assert result["usage"]["llm_calls"] == 3
 
 
+@pytest.mark.slow
 def test_re_recording_the_main_job_reproduces_the_shipped_cassette(tmp_path: Path) -> None:
     folder = tmp_path / "main-job"
     shutil.copytree(ROOT / "recipes" / "main-job", folder, ignore=shutil.ignore_patterns("out"))
@@ -531,6 +551,7 @@ def test_snapshots_of_two_replays_are_equal_text_without_run_ids_or_times() -> N
     assert snapshot["replay"] == {"mismatches": [], "unused": []}
 
 
+@pytest.mark.slow
 def test_for_each_items_have_their_own_answers_and_tool_results(tmp_path: Path) -> None:
     (tmp_path / "ask.yaml").write_text(
         """\

@@ -89,6 +89,7 @@ def test_patterns_that_would_compile_to_gigabytes_are_refused_up_front(pattern: 
 # -- through the CLI --------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_catastrophic_fs_search_fails_its_step_naming_pattern_and_file(tmp_path: Path) -> None:
     _recipe(
         tmp_path,
@@ -117,6 +118,7 @@ def test_catastrophic_fs_search_fails_its_step_naming_pattern_and_file(tmp_path:
     assert elapsed < HANG
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("field", "template"),
     [
@@ -220,6 +222,7 @@ def _interrupt_when(
             proc.communicate()
 
 
+@pytest.mark.slow
 def test_sigint_stops_a_run_stuck_in_a_slow_user_function(tmp_path: Path) -> None:
     (tmp_path / "slow_plugin.py").write_text(
         textwrap.dedent(
@@ -268,6 +271,7 @@ def test_sigint_stops_a_run_stuck_in_a_slow_user_function(tmp_path: Path) -> Non
     assert "Traceback" not in stderr
 
 
+@pytest.mark.slow
 def test_sigint_stops_a_run_stuck_in_a_catastrophic_search(tmp_path: Path) -> None:
     _recipe(
         tmp_path,

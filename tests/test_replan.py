@@ -13,6 +13,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.testing import ChatRequest, FakeOpenAIServer, ScriptedModel
 
 PLANLOOM = str(Path(sys.executable).parent / "planloom")
@@ -77,6 +79,7 @@ def plan_cli(tmp_path: Path, base_url: str, *extra: str) -> subprocess.Completed
     )
 
 
+@pytest.mark.slow
 def test_replan_keeps_what_succeeded_and_finishes(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("sub\n")
     (tmp_path / "sub").mkdir()
@@ -106,6 +109,7 @@ def test_replan_keeps_what_succeeded_and_finishes(tmp_path: Path) -> None:
     assert result["usage"]["llm_calls"] == 2
 
 
+@pytest.mark.slow
 def test_without_replan_the_failure_stands(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("sub\n")
     (tmp_path / "caps.yaml").write_text("capabilities: {fs: {root: ., read: true}}\n")
@@ -116,6 +120,7 @@ def test_without_replan_the_failure_stands(tmp_path: Path) -> None:
     assert json.loads(done.stdout)["steps"]["extra"]["status"] == "failed"
 
 
+@pytest.mark.slow
 def test_a_model_failing_during_planning_is_reported_not_a_traceback(tmp_path: Path) -> None:
     from engine.testing import Fault
 

@@ -201,6 +201,7 @@ def _row(page: str, section: str, first: str) -> list[str]:
 # -- the page, as text ----------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_every_step_is_reported_with_its_status(ended: Reported) -> None:
     for step_id in STEPS:
         assert _row(ended.page, "steps", step_id)[1] == ended.result["steps"][step_id]["status"]
@@ -260,6 +261,7 @@ def test_hostile_journal_text_is_escaped(ended: Reported) -> None:
     assert ended.page.count("<script") == 1  # the page's own, at the end
 
 
+@pytest.mark.slow
 def test_the_page_references_nothing_outside_itself(ended: Reported, crashed: Reported) -> None:
     for page in (ended.page, crashed.page):
         assert "http://" not in page
@@ -293,6 +295,7 @@ def test_a_crashed_run_is_reported_interrupted_with_what_was_in_flight(
     assert f"planloom resume {crashed.run_id}" in page
 
 
+@pytest.mark.slow
 def test_unknown_run_and_missing_store_exit_2(ended: Reported, tmp_path: Path) -> None:
     unknown = planloom("report", "nosuchrun", "--store", ended.store, cwd=tmp_path)
     assert unknown.returncode == 2
@@ -336,6 +339,7 @@ _ENTRY = st.tuples(
 )
 
 
+@pytest.mark.slow
 @given(
     entries=st.lists(_ENTRY, max_size=12),
     status=st.sampled_from(["running", "succeeded", "failed", "cancelled", "odd"]),
@@ -432,6 +436,7 @@ def _looks_right(opened: Opened, steps: list[str], shot: Path, path: Path) -> No
     assert opened.requests == [path.as_uri()]  # nothing but the page itself was loaded
 
 
+@pytest.mark.slow
 def test_the_report_renders_in_chromium(browser: Browser, ended: Reported, tmp_path: Path) -> None:
     opened = _open(browser, ended.path)
     try:

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from _durable_attacks import WATCH, lab
 from _procs import TIMEOUT, env
 
@@ -52,6 +53,7 @@ def _poll(check: Any, what: str) -> None:
         time.sleep(0.01)
 
 
+@pytest.mark.slow
 def test_a_run_killed_and_not_yet_reaped_is_listed_interrupted(tmp_path: Path) -> None:
     """Right after `kill -9`, until its parent waits for it, the process is a zombie: its
     /proc entry (and start time) is still there, but it runs nothing."""
@@ -74,6 +76,7 @@ def test_a_run_killed_and_not_yet_reaped_is_listed_interrupted(tmp_path: Path) -
     assert _listed(listed.stdout) == [{"status": "interrupted", "steps": 1, "done": 0}]
 
 
+@pytest.mark.slow
 def test_a_run_whose_pid_is_now_another_process_is_listed_interrupted(tmp_path: Path) -> None:
     """The run's pid was reused by a live process (here: this test's) started at another
     time: the run is not running. With that process's own start time it would be."""
@@ -91,6 +94,7 @@ def test_a_run_whose_pid_is_now_another_process_is_listed_interrupted(tmp_path: 
     assert listed == {"same": "running", "reused": "interrupted"}
 
 
+@pytest.mark.slow
 def test_a_run_killed_before_its_plan_was_stored_is_listed(tmp_path: Path) -> None:
     """A goal run killed while the model writes its plan: the run happened (it may have
     been given inputs, its model was asked), so it is listed, interrupted, with 0 steps."""

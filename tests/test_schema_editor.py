@@ -113,6 +113,7 @@ def test_the_schema_is_editor_grade(schema_path: Path, tmp_path: Path) -> None:
     }
 
 
+@pytest.mark.slow
 def test_every_shipped_recipe_and_a_templated_one_pass(schema_path: Path, tmp_path: Path) -> None:
     good = tmp_path / "good.yaml"
     good.write_text(GOOD)
@@ -157,6 +158,7 @@ BAD = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", sorted(BAD))
 def test_what_validate_refuses_check_jsonschema_refuses(
     schema_path: Path, tmp_path: Path, case: str

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -57,6 +58,7 @@ def big_venv(root: Path, files: int = 20_000) -> None:
         (package / f"m{i}.py").write_text("class X:\n    pass\n" if i % 7 == 0 else "x = 1\n")
 
 
+@pytest.mark.slow
 def test_project_report_counts_the_same_classes_beside_a_big_venv(tmp_path: Path) -> None:
     shutil.copytree(RECIPES, tmp_path / "recipes", ignore=shutil.ignore_patterns(".planloom"))
     tree(
@@ -185,6 +187,7 @@ def cut_project(root: Path) -> None:
     tree(root, {"r.yaml": CUT, "big.txt": "x" * 500 + "\n", "small.txt": "small\n", **files})
 
 
+@pytest.mark.slow
 def test_truncated_outputs_warn_in_the_summary_the_events_and_json(tmp_path: Path) -> None:
     cut_project(tmp_path)
 

@@ -209,6 +209,7 @@ def test_child_env_holding_secrets_is_reported(secrets: Secrets) -> None:
     assert secrets.env_names_holding_secrets(env) == ["PASSED", "GH_TOKEN"]
 
 
+@pytest.mark.slow
 def test_adding_concurrently_is_safe() -> None:
     secrets = Secrets()
     values = [f"secret-value-{i:04d}" for i in range(200)]
@@ -227,6 +228,7 @@ def test_adding_concurrently_is_safe() -> None:
     assert secrets.redact(" ".join(values)) == " ".join([REDACTED] * 200)
 
 
+@pytest.mark.slow
 def test_many_secrets_stay_fast() -> None:
     import time
 

@@ -108,6 +108,7 @@ def runs(store: Path, cwd: Path, environ: dict[str, str]) -> list[dict[str, Any]
     return rows
 
 
+@pytest.mark.slow
 def test_no_secret_is_at_rest_and_a_resume_takes_the_secret_input_again(
     tmp_path: Path, marker: str
 ) -> None:
@@ -179,6 +180,7 @@ def test_no_secret_is_at_rest_and_a_resume_takes_the_secret_input_again(
     assert held([report]) == {}
 
 
+@pytest.mark.slow
 def test_a_resumed_step_given_the_secret_again_is_made_with_it(tmp_path: Path) -> None:
     """A step that runs on resume sees the secret input given again, in clear (data passed
     to steps is not altered), while the store keeps it redacted."""
@@ -219,6 +221,7 @@ def test_a_resumed_step_given_the_secret_again_is_made_with_it(tmp_path: Path) -
     assert held(store_files(store)) == {}
 
 
+@pytest.mark.slow
 def test_show_and_report_redact_a_secret_a_store_holds_in_clear(tmp_path: Path) -> None:
     """A store may hold a secret in clear (written by an older planloom, or a value that
     was no secret to the run): `show` and `report` redact what this environment knows."""
@@ -258,6 +261,7 @@ def test_show_and_report_redact_a_secret_a_store_holds_in_clear(tmp_path: Path) 
     assert "service [REDACTED]" in report.read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_a_variable_a_grant_reads_from_the_environment_is_not_at_rest(tmp_path: Path) -> None:
     """A variable with no secret-looking name is a secret once a grant sends it as a header
     (`headers_from_env`): where it reaches a step (here, given as a plain input too), the
@@ -306,6 +310,7 @@ def test_a_variable_a_grant_reads_from_the_environment_is_not_at_rest(tmp_path: 
     assert held([report]) == {}
 
 
+@pytest.mark.slow
 def test_a_call_in_flight_with_a_secret_in_its_params_is_in_doubt_as_itself_on_resume(
     tmp_path: Path, marker: str
 ) -> None:
@@ -406,6 +411,7 @@ def login_server() -> Iterator[int]:
         thread.join(timeout=TIMEOUT)
 
 
+@pytest.mark.slow
 def test_a_credential_a_step_read_is_redacted_wherever_it_goes_next(tmp_path: Path) -> None:
     """A token a step's output shows under a credential's name (a response's
     `x-session-token` header) is redacted where it stands, and also where it goes next: the

@@ -39,6 +39,7 @@ def _recipe(folder: Path, env: dict[str, str], argv: list[str], allow: str) -> P
     return recipe
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("env", "argv", "allow"),
     [
@@ -68,6 +69,7 @@ def test_option_variables_in_the_grant_are_refused(
     assert proc.returncode == 1
 
 
+@pytest.mark.slow
 def test_ordinary_variables_still_reach_the_child(tmp_path: Path) -> None:
     recipe = _recipe(
         tmp_path, {"NOTES_DIR": "data", "TZ": "UTC"}, ["printenv", "NOTES_DIR"], "printenv"

@@ -498,6 +498,7 @@ def _wait_for_sleeper(proc: subprocess.Popen[str], marker: str) -> list[int]:
     return _children(proc.pid, _ZYGOTE)
 
 
+@pytest.mark.slow
 def test_the_zygote_ends_with_its_run(tmp_path: Path) -> None:
     marker = marker_seconds(2)
     _recipe(tmp_path, marker)
@@ -517,6 +518,7 @@ def test_the_zygote_ends_with_its_run(tmp_path: Path) -> None:
     assert gone(lambda: [p for p in [*zygotes, *tree] if alive(p)], within=5.0)
 
 
+@pytest.mark.slow
 def test_kill_9_of_the_engine_ends_the_zygote_and_every_sandbox(tmp_path: Path) -> None:
     marker = marker_seconds(600)
     _recipe(tmp_path, marker)

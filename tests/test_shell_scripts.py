@@ -119,6 +119,7 @@ def _refused(step: dict[str, Any], program: str, real: str) -> str:
 # --- python3 ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_python_script_in_the_folder_runs_and_stays_confined(tmp_path: Path, jail: Path) -> None:
     _installed("python3")
     (jail / "tools" / "build.py").write_text(
@@ -203,6 +204,7 @@ def test_python_inline_code_and_scripts_outside_are_refused(tmp_path: Path, jail
     assert "'error::pwnmod.Warn'" in errors["imported_warning_category"]
 
 
+@pytest.mark.slow
 def test_the_grant_the_message_names_lifts_the_rule(tmp_path: Path, jail: Path) -> None:
     real = _installed("python3")
     inline = {"inline": ["python3", "-c", "print('inline ran')"]}
@@ -244,6 +246,7 @@ def test_templated_script_paths_are_checked_like_written_ones(tmp_path: Path, ja
     assert not (jail / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_harmless_python_options_are_allowed(tmp_path: Path, jail: Path) -> None:
     _installed("python3")
     (jail / "tools" / "build.py").write_text("import sys; print(sys.flags.dont_write_bytecode)\n")
@@ -259,6 +262,7 @@ def test_harmless_python_options_are_allowed(tmp_path: Path, jail: Path) -> None
 # --- shells ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_shell_scripts_run_and_inline_code_is_refused(tmp_path: Path, jail: Path) -> None:
     bash = _installed("bash")
     sh = _installed("sh")
@@ -291,6 +295,7 @@ def test_shell_scripts_run_and_inline_code_is_refused(tmp_path: Path, jail: Path
 # --- node and perl -----------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("program", "script", "inline"),
     [
@@ -314,6 +319,7 @@ def test_other_interpreters_run_scripts_but_not_inline_code(
     assert not (jail / "pwned").exists()
 
 
+@pytest.mark.slow
 def test_end_of_options_makes_the_first_argument_the_script(tmp_path: Path, jail: Path) -> None:
     # `end_of_options: true` runs `python3 -- ARGS`: python3 then reads ARGS[0] as the
     # script, so that argument is checked as one (`-c` names no file inside the folder).

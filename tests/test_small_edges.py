@@ -112,6 +112,7 @@ steps:
 """
 
 
+@pytest.mark.slow
 def test_the_live_view_of_a_resumed_run_counts_the_kept_steps_as_done(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(STAGED)
     failed = planloom("run", "r.yaml", "--json", cwd=tmp_path)
@@ -154,6 +155,7 @@ echo "$1"
 """
 
 
+@pytest.mark.slow
 def test_the_tries_of_a_for_each_step_are_its_attempts_over_its_items(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(FAN)
     (tmp_path / "flaky.sh").write_text(FLAKY)
@@ -197,6 +199,7 @@ FIXED_PLAN = {
 }
 
 
+@pytest.mark.slow
 def test_a_replan_names_what_failed_to_the_person_and_the_model(tmp_path: Path) -> None:
     (tmp_path / "notes.txt").write_text("notes\n")
     (tmp_path / "caps.yaml").write_text(

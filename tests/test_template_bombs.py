@@ -126,6 +126,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("shape", "template"), CASES)
 def test_template_bomb_in_a_step_fails_the_step_quickly(
     tmp_path: Path, shape: Any, template: str
@@ -142,6 +143,7 @@ def test_template_bomb_in_a_step_fails_the_step_quickly(
     _assert_limit_error(proc, elapsed, step["error"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "template",
     [pytest.param(f"${{{{ {b} }}}}", id=n) for n, b in BOMBS.items()]

@@ -63,6 +63,7 @@ def _fe(folder: Path) -> None:
 # -- 1. null for_each items ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_for_each_with_a_failed_item_maps_to_null_and_the_run_is_stored(
     tmp_path: Path,
 ) -> None:
@@ -78,6 +79,7 @@ def test_a_for_each_with_a_failed_item_maps_to_null_and_the_run_is_stored(
     assert json.loads(shown.stdout)["status"] == "succeeded"
 
 
+@pytest.mark.slow
 def test_an_undefined_inside_a_value_is_a_located_template_error(tmp_path: Path) -> None:
     _fe(tmp_path)
     recipe = _recipe(
@@ -133,6 +135,7 @@ def _cases(draw: st.DrawFn) -> tuple[list[str], str, str]:
     return names, expression, kind
 
 
+@pytest.mark.slow
 def test_random_filters_over_null_items_never_crash_a_run(tmp_path: Path) -> None:
     _fe(tmp_path)
     store = tmp_path / "runs.db"
@@ -195,6 +198,7 @@ _ITEM = st.one_of(
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None)
 @given(st.lists(_ITEM, max_size=6), st.lists(_FILTERS, min_size=1, max_size=4), _TAILS)
 def test_a_whole_value_is_always_data_or_a_template_error(

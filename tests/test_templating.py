@@ -325,6 +325,7 @@ def _outcome(template: Template, context: dict[str, Any]) -> tuple[str, Any]:
         return "error", None
 
 
+@pytest.mark.slow
 @settings(max_examples=300)
 @given(_context_and_path())
 def test_fast_path_equals_pure_jinja(case: tuple[dict[str, Any], str]) -> None:

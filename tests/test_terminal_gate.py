@@ -40,6 +40,7 @@ def _spawn(recipe: Path) -> pexpect.spawn:
     )
 
 
+@pytest.mark.slow
 def test_answering_yes_runs_the_gated_step(recipe: Path) -> None:
     child = _spawn(recipe)
     child.expect(r"step 'save' wants to run fs\.write")
@@ -51,6 +52,7 @@ def test_answering_yes_runs_the_gated_step(recipe: Path) -> None:
     assert (recipe.parent / "out" / "note.txt").read_text() == "hello"
 
 
+@pytest.mark.slow
 def test_answering_no_denies_and_writes_nothing(recipe: Path) -> None:
     child = _spawn(recipe)
     child.expect(r"\[q\]uit > ")
@@ -62,6 +64,7 @@ def test_answering_no_denies_and_writes_nothing(recipe: Path) -> None:
     assert not (recipe.parent / "out").exists()
 
 
+@pytest.mark.slow
 def test_prompt_shows_the_rendered_params(recipe: Path) -> None:
     child = _spawn(recipe)
     child.expect('"path": "out/note.txt"')

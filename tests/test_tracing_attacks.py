@@ -207,6 +207,7 @@ def _texts(span: Span) -> str:
     return json.dumps(parts, default=str)
 
 
+@pytest.mark.slow
 def test_no_secret_from_the_environment_reaches_a_span_event_or_resource(leaky: Leaky) -> None:
     run = leaky.run
     assert "Traceback" not in run.stderr, run.stderr
@@ -264,6 +265,7 @@ def test_a_secret_in_a_goal_and_in_a_model_written_plan_stays_out_of_the_session
     assert not sent, f"{sent} in the exported spans"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "endpoint",
     [
@@ -295,6 +297,7 @@ def test_a_credential_in_the_otlp_endpoint_is_not_printed_on_stderr(
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("variable", "value", "sdk_text"),
     [
@@ -373,6 +376,7 @@ def test_an_error_text_that_is_not_valid_utf8_does_not_lose_its_batch_of_spans(
 # -- stdout, exit codes, waiting -------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("mode", "command"),
     [("down", "run"), ("500", "run"), ("404", "run"), ("hang", "run"), ("500", "plan")],
@@ -432,6 +436,7 @@ def test_a_collector_that_answers_500_then_200_loses_only_the_first_batch_and_sa
     assert lost[0] + len(received.spans) == SMALL_SPANS
 
 
+@pytest.mark.slow
 def test_a_large_run_with_a_slow_collector_counts_every_span_it_could_not_send(
     tmp_path: Path,
 ) -> None:
@@ -464,6 +469,7 @@ def test_a_large_run_with_a_slow_collector_counts_every_span_it_could_not_send(
     assert counted <= 9001
 
 
+@pytest.mark.slow
 def test_ctrl_c_while_traces_are_sent_keeps_the_finished_run_s_result_and_exit_code(
     tmp_path: Path,
 ) -> None:
@@ -540,6 +546,7 @@ def test_a_run_stopped_at_once_by_a_second_ctrl_c_still_ends_its_spans(tmp_path:
     )
 
 
+@pytest.mark.slow
 def test_the_reason_given_for_lost_spans_is_the_collector_s_not_planloom_s_own_shutdown(
     tmp_path: Path,
 ) -> None:
@@ -772,6 +779,7 @@ def test_a_model_call_cut_off_mid_flight_has_a_span_ended_as_cancelled(
 # -- per-step usage through the command ------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_steps_add_up_to_the_run_live_recorded_replayed_and_in_a_dry_run(tmp_path: Path) -> None:
     _write(
         tmp_path,
@@ -883,6 +891,7 @@ def resumed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Resumed]:
         yield Resumed(first, one_json(proc.stdout), shown, list(received.spans))
 
 
+@pytest.mark.slow
 def test_a_resume_traces_only_the_steps_it_runs_in_one_tree(resumed: Resumed) -> None:
     spans = resumed.spans
     assert tree_problems(spans) == []
@@ -969,6 +978,7 @@ def test_otel_settings_that_are_honoured(tmp_path: Path, case: str) -> None:
         assert {r.get("service.name") for r in received.resources} == {service}
 
 
+@pytest.mark.slow
 def test_otlp_over_http_json_is_refused_before_anything_is_begun(tmp_path: Path) -> None:
     recipe = _small(tmp_path)
     store = tmp_path / "runs.db"
@@ -1052,6 +1062,7 @@ def test_an_endpoint_without_a_scheme_is_refused_before_the_run(tmp_path: Path) 
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("given", "expected"),
     [

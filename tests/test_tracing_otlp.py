@@ -207,6 +207,7 @@ def test_run_otel_exports_its_span_tree_over_otlp_http(
     assert not any(SECRET.encode() in body for body in received.bodies)
 
 
+@pytest.mark.slow
 def test_an_unreachable_collector_costs_at_most_the_export_timeout_and_is_said(
     tmp_path: Path,
 ) -> None:
@@ -232,6 +233,7 @@ def test_an_unreachable_collector_costs_at_most_the_export_timeout_and_is_said(
     assert took < 15, took
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("env", "flag", "message"),
     [
@@ -309,6 +311,7 @@ print(code, ",".join(loaded) or "-")
 """
 
 
+@pytest.mark.slow
 def test_off_a_run_loads_no_tracing_code_at_all(tmp_path: Path) -> None:
     """Without `--otel` or an endpoint, nothing of tracing is imported or subscribed:
     the run's events go where they went before (`bench/overhead.py` times it)."""
@@ -338,6 +341,7 @@ sys.exit(main(sys.argv[1:]))
 """
 
 
+@pytest.mark.slow
 def test_without_the_otel_extra_otel_is_refused_saying_what_to_install(tmp_path: Path) -> None:
     recipe = _recipe(tmp_path)
     args = ["run", str(recipe), "--yes", "-i", "name=x"]
@@ -381,6 +385,7 @@ def _planner(request: ChatRequest) -> dict[str, object]:
     return FIRST_PLAN
 
 
+@pytest.mark.slow
 def test_a_goal_session_is_one_trace_with_its_planning_and_replanning(
     tmp_path: Path, collector: tuple[str, Received]
 ) -> None:

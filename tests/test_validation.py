@@ -1569,6 +1569,7 @@ def test_cli_validate_text_shows_caret_and_exits_2(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_cli_validate_a_valid_recipe(tmp_path: Path) -> None:
     (tmp_path / "r.yaml").write_text(
         "version: 1\ncapabilities: {fs: {}}\nsteps:\n"

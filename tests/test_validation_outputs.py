@@ -116,6 +116,7 @@ def test_a_field_the_action_does_not_give_is_a_located_error_with_did_you_mean(
     ]
 
 
+@pytest.mark.slow
 def test_the_error_is_in_the_json_and_the_run_never_starts(tmp_path: Path) -> None:
     text = _write(tmp_path, MISSPELT)
     (tmp_path / "notes.txt").write_text("hello\n", encoding="utf-8")
@@ -220,6 +221,7 @@ def test_a_for_each_output_is_a_list_read_by_index(tmp_path: Path) -> None:
     ]
 
 
+@pytest.mark.slow
 def test_a_field_of_the_fallbacks_output_is_accepted(tmp_path: Path) -> None:
     text = """
         version: 1
@@ -355,6 +357,7 @@ def test_a_number_or_an_object_where_a_string_is_required_is_an_error_with_the_f
     ]
 
 
+@pytest.mark.slow
 def test_the_fix_the_hint_gives_validates_and_runs(tmp_path: Path) -> None:
     _write(
         tmp_path,
@@ -476,6 +479,7 @@ outputs:
 """
 
 
+@pytest.mark.slow
 def test_every_field_of_the_builtin_results_is_accepted_and_there_at_run_time(
     tmp_path: Path, web: int
 ) -> None:
@@ -628,6 +632,7 @@ def project(tmp_path: Path) -> Project:
     return make_project(tmp_path)
 
 
+@pytest.mark.slow
 def test_an_mcp_tool_without_an_output_schema_accepts_any_structured_field(
     project: Project,
 ) -> None:
@@ -685,6 +690,7 @@ outputs:
 """
 
 
+@pytest.mark.slow
 def test_an_mcp_tool_with_an_output_schema_is_checked_against_it(project: Project) -> None:
     shutil.copy(COUNTER, project.root / "servers" / "counter.py")
     valid = COUNTED.replace("MARKER", project.marker)  # found in /proc: none outlives a run

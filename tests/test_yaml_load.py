@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -123,12 +124,14 @@ def same(text: str) -> None:
     assert fast == slow, text
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flow())
 def test_the_one_pass_loader_agrees_with_the_node_tree(text: str) -> None:
     same(text)
 
 
+@pytest.mark.slow
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.lists(st.tuples(st.sampled_from(["a", "b", "<<", "a"]), flow()), max_size=5))
 def test_block_mappings_agree_too(pairs: list[tuple[str, str]]) -> None:
@@ -210,6 +213,7 @@ def test_a_large_recipe_locates_its_problems_from_its_packed_text() -> None:
     assert source.text == text
 
 
+@pytest.mark.slow
 @settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(flow())
 def test_searching_for_some_paths_finds_where_the_tree_puts_them(text: str) -> None:

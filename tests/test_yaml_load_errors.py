@@ -102,6 +102,7 @@ def test_a_latin1_recipe_with_json_gives_the_real_line_and_column(
         assert result["status"] == "invalid"
 
 
+@pytest.mark.slow
 def test_run_shows_the_bad_byte_with_its_line_and_caret(tmp_path: Path) -> None:
     # A bad byte after several multi-byte characters: the column counts characters.
     text = VALID_RECIPE.replace("name: ok", "name: ok\ndescription: naïve — résumé \x00")
@@ -134,6 +135,7 @@ def test_a_byte_order_mark_does_not_shift_the_column(tmp_path: Path) -> None:
     assert (problem["line"], problem["column"], problem["rule"]) == (1, 10, "encoding")
 
 
+@pytest.mark.slow
 def test_utf16_text_is_said_to_be_utf16(tmp_path: Path) -> None:
     (tmp_path / "bom.yaml").write_bytes(VALID_RECIPE.encode("utf-16"))  # with a BOM
     (tmp_path / "nobom.yaml").write_bytes(VALID_RECIPE.encode("utf-16-le"))
@@ -193,6 +195,7 @@ def test_a_latin1_capabilities_file_is_reported_at_the_bad_byte(tmp_path: Path) 
     assert hint == LATIN1_HINT
 
 
+@pytest.mark.slow
 def test_a_latin1_cassette_is_reported_at_the_bad_byte(tmp_path: Path) -> None:
     (tmp_path / "recipe.yaml").write_text(VALID_RECIPE, encoding="utf-8")
     (tmp_path / "notes.txt").write_text("café\n", encoding="utf-8")
