@@ -459,6 +459,7 @@ def _cli_deep(rng: random.Random) -> tuple[str, tuple[int, int]]:
     return HEAD + "steps: " + inner + "\n", (3, len("steps: ") + opens[MAX_DEPTH - 1] + 1)
 
 
+@pytest.mark.slow  # it counts the slow fuzz tests above: it runs when they do
 def test_zz_at_least_a_thousand_cases_ran() -> None:
     """Runs last (file order): the figure for the issue."""
     total = sum(CASES.values())
