@@ -52,14 +52,14 @@ from engine.llm._wire import (
     backoff,
     extract_json,
     is_timeout,
-    message,
-    plain,
-    refused,
+    key_refused,
+    plain_body,
     refuses_streaming,
+    status_message,
     timed_out,
     transient,
     transport,
-    why,
+    why_failed,
 )
 from engine.llm.config import Budget, LLMConfig, resolve_llm_config
 from engine.redaction import Secrets
@@ -160,7 +160,7 @@ class LLMClient:
         try:
             await self.client.models.list()
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise refused(exc, f"{where}/models", before=True) from exc
+            raise key_refused(exc, f"{where}/models", before=True) from exc
         except openai.APIConnectionError as exc:
             raise ConfigurationError(
                 f"cannot reach the model endpoint {where}: {type(exc).__name__}; check "
@@ -177,7 +177,7 @@ class LLMClient:
                 max_tokens=1,
             )
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise refused(exc, f"{where}/chat/completions", before=True) from exc
+            raise key_refused(exc, f"{where}/chat/completions", before=True) from exc
         except (openai.APIError, ValueError):
             pass  # not a key problem: the run's own calls retry it and report it
 
@@ -264,7 +264,7 @@ class LLMClient:
         if self.on_wait is not None:
             failed = state.outcome.exception() if state.outcome is not None else None
             seconds = state.next_action.sleep if state.next_action is not None else 0.0
-            self.on_wait(seconds, why(failed))
+            self.on_wait(seconds, why_failed(failed))
 
     async def _live(self, kwargs: dict[str, Any]) -> ChatResult:
         started = time.monotonic()
@@ -313,12 +313,12 @@ class LLMClient:
                     attempts += 1
                     response = await self._attempt(kwargs, streams=streams)
         except (openai.AuthenticationError, openai.PermissionDeniedError) as exc:
-            raise refused(exc, f"{where}/chat/completions", before=False) from exc
+            raise key_refused(exc, f"{where}/chat/completions", before=False) from exc
         except (openai.APITimeoutError, TimedOut) as exc:
             raise StepTimeout(timed_out(config, attempts, streamed=streams)) from exc
         except openai.APIStatusError as exc:
             raise LLMError(
-                f"the model endpoint answered {exc.status_code}: {message(exc)}",
+                f"the model endpoint answered {exc.status_code}: {status_message(exc)}",
                 status=exc.status_code,
             ) from exc
         except openai.APIError as exc:
@@ -361,7 +361,7 @@ class LLMClient:
         try:
             kind = str(stream.response.headers.get("content-type", ""))
             if "event-stream" not in kind:  # a server that answers as if not asked to stream
-                return plain(await _body(stream.response))
+                return plain_body(await _body(stream.response))
             answer = Assembly()
             reported = time.monotonic()
             with transport(stream.response.request):  # (a body cut short, a reset)

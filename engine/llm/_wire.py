@@ -65,7 +65,7 @@ def _transport_errors() -> tuple[tuple[type[BaseException], ...], tuple[type[Bas
     return tuple(timeouts), tuple(failures)
 
 
-def plain(body: bytes) -> Any:
+def plain_body(body: bytes) -> Any:
     """A 200 to a streamed request that is a plain completion, taken as it is."""
     from openai.types.chat import ChatCompletion
 
@@ -149,7 +149,7 @@ def extract_json(text: str) -> Any:
         ) from None
 
 
-def why(exc: BaseException | None) -> str:
+def why_failed(exc: BaseException | None) -> str:
     """What a retried model call met, in a few words (no body: it may quote the prompt)."""
     import openai
 
@@ -173,7 +173,7 @@ def transient(exc: BaseException) -> bool:
     import openai
 
     if isinstance(exc, openai.APIStatusError):
-        if _names_format(message(exc).lower()):
+        if _names_format(status_message(exc).lower()):
             return False  # the format refused: the same request fails again (chat_json)
         return exc.status_code == 429 or exc.status_code >= 500
     # A body that is not JSON (the client raises JSONDecodeError) is a broken response too,
@@ -203,7 +203,7 @@ def backoff(state: RetryCallState) -> float:
     return delay
 
 
-def message(exc: openai.APIStatusError) -> str:
+def status_message(exc: openai.APIStatusError) -> str:
     """The server's error message, on one clean line (a traceback down to its last line)."""
     body = exc.body
     text: str | None = None
@@ -235,7 +235,7 @@ def timed_out(config: LLMConfig, attempts: int, *, streamed: bool) -> str:
     )
 
 
-def refused(exc: openai.APIStatusError, endpoint: str, *, before: bool) -> ConfigurationError:
+def key_refused(exc: openai.APIStatusError, endpoint: str, *, before: bool) -> ConfigurationError:
     """The configuration error for a 401/403: which endpoint, and what to fix (`before`:
     found before any step ran)."""
     # The server's message is left out: some echo part of the key they refused.

@@ -50,7 +50,7 @@ class Admitted:
     ctx: CallContext
     call: ToolCall
     side_effects: bool
-    served: bool  # a recording serves it with nothing run
+    served: bool  # a recording serves it with nothing run (for its params, once edited)
     replayed: bool = False  # its decision may come from the recording (set at the gate)
 
 
@@ -138,7 +138,7 @@ class Sandbox:
         number: int | None = None  # the call's number in the run, once it is counted
         limit = timeout if timeout is not None else self.default_timeout
         try:
-            admitted = self._admit_call(
+            admitted = self._admit(
                 name, params, step_id, attempt, limit, data_paths, data_literals, idempotent
             )
             if self.dry_run and admitted.side_effects:  # not made, so not counted as a call
@@ -155,7 +155,7 @@ class Sandbox:
 
     # -- the seams of a call: admit, budget, gate, execute, record ---------------------------
 
-    def _admit_call(
+    def _admit(
         self,
         name: str,
         params: Any,
@@ -173,7 +173,20 @@ class Sandbox:
         Raises:
             CapabilityDenied: ungranted, unknown or malformed call.
         """
-        action, grant, model = self._admit(name, params, step_id)
+        action = self.action(name)
+        grant = self._grants.get(action.family)
+        if grant is None:
+            raise CapabilityDenied(
+                f"'{name}' needs the '{action.family}' capability, which is not granted; add "
+                f"capabilities: {{{action.family}: {{...}}}} to the recipe",
+                rule="not-granted",
+                step_id=step_id,
+            )
+        try:
+            model = action.params_model.model_validate(params)
+        except ValidationError as exc:
+            problems = validation_problems(exc, prefix=("params",), root="params")
+            raise CapabilityDenied.bad_params(name, problems, step_id=step_id) from None
         ctx = CallContext(
             grant=grant,
             base_dir=self.base_dir,
@@ -238,8 +251,14 @@ class Sandbox:
         ctx = dataclasses.replace(ctx, data_paths=unchanged(ctx.data_paths, call.params, approved))
         model = action.params_model.model_validate(approved)
         grant_rules(action, model, ctx)
+        call = call._replace(params=approved)
         return dataclasses.replace(
-            admitted, model=model, ctx=ctx, call=call._replace(params=approved), replayed=replayed
+            admitted,
+            model=model,
+            ctx=ctx,
+            call=call,
+            served=self.results.serves(call),  # for the params it runs with
+            replayed=replayed,
         )
 
     async def _execute(self, admitted: Admitted, number: int | None, limit: float) -> Any:
@@ -279,7 +298,7 @@ class Sandbox:
         # the wait is not part of its timeout. A call served from a journal or a cassette
         # runs nothing and takes no slot.
         slots = self._family_slots(action.family, remote=backend is not None)
-        if slots is not None and self.results.serves(call):
+        if admitted.served:
             slots = None
         try:
             if slots is None:
@@ -339,24 +358,6 @@ class Sandbox:
         kept.append(warning)
         if self.events is not None:
             self.events.emit("step.warning", step_id, attempt, action=name, warning=warning)
-
-    def _admit(self, name: str, params: Any, step_id: str) -> tuple[Action[Any], BaseModel, Any]:
-        """The grant check and the params schema: the action, its grant and its params."""
-        action = self.action(name)
-        grant = self._grants.get(action.family)
-        if grant is None:
-            raise CapabilityDenied(
-                f"'{name}' needs the '{action.family}' capability, which is not granted; add "
-                f"capabilities: {{{action.family}: {{...}}}} to the recipe",
-                rule="not-granted",
-                step_id=step_id,
-            )
-        try:
-            model = action.params_model.model_validate(params)
-        except ValidationError as exc:
-            problems = validation_problems(exc, prefix=("params",), root="params")
-            raise CapabilityDenied.bad_params(name, problems, step_id=step_id) from None
-        return action, grant, model
 
     def _family_slots(self, family_name: str, *, remote: bool) -> asyncio.Semaphore | None:
         """The bound on the family's calls at once: the recipe's `limits.per_family`, else
