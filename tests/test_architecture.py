@@ -215,19 +215,7 @@ def oversized(modules: list[tuple[str, Path]], root: Path = ROOT) -> tuple[list[
     return big, crowded
 
 
-@pytest.mark.parametrize(
-    "package",
-    [
-        "engine",
-        "planners",
-        pytest.param(
-            "capabilities",
-            marks=pytest.mark.xfail(
-                strict=True, reason="capabilities is still one flat folder of 52 modules"
-            ),
-        ),
-    ],
-)
+@pytest.mark.parametrize("package", PACKAGES)
 def test_modules_are_small_and_folders_hold_few(package: str) -> None:
     assert oversized(_modules(package)) == ([], [])
 

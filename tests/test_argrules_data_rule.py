@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 
 from capabilities import Registry, Sandbox, shell
-from capabilities._argrules import ArgContext, protect_data_arguments
 from capabilities.shell import ShellGrant, ShellParams, ShellResult
+from capabilities.shell.argrules import ArgContext, protect_data_arguments
 from engine.capability import CallContext
 from engine.errors import CapabilityDenied
 

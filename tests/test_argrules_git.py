@@ -187,14 +187,14 @@ def test_git_commit_works(tmp_path: Path, repo: Path) -> None:
     ],
 )
 def test_diff_printing_subcommands_get_the_flags(args: list[str], expected: list[str]) -> None:
-    from capabilities._argrules import ArgContext, final_arguments
+    from capabilities.shell.argrules import ArgContext, final_arguments
 
     git = shutil.which("git") or "/usr/bin/git"
     assert final_arguments(args, ArgContext(git, "/j", "/j")) == expected
 
 
 def test_named_program_settings_are_reset(tmp_path: Path, repo: Path) -> None:
-    from capabilities._gitconfig import git_env  # new in this change
+    from capabilities.shell._gitconfig import git_env  # new in this change
 
     _hostile(repo)
     with (repo / ".git" / "config").open("a") as config:

@@ -215,7 +215,7 @@ def test_unsafe_args_lifts_the_rule(jail: Path, name: str) -> None:
 
 def test_each_listed_name_has_exactly_one_entry() -> None:
     """A name matched by two entries would silently get the first one's rule."""
-    from capabilities._programs import PROGRAMS, lookup
+    from capabilities.shell.programs import PROGRAMS, lookup
 
     patterns = [re.compile(entry.names) for entry in PROGRAMS]
     for entry in PROGRAMS:

@@ -92,14 +92,14 @@ NOT_FOR_VALIDATE = (
     "engine.app.logs",
     "engine.app.stored",
     "engine.app.outcome",
-    "capabilities._mcp_http",
-    "capabilities._mcp_schema",
-    "capabilities._mcp_servers",
-    "capabilities._http_checks",
-    "capabilities._http_wire",
-    "capabilities._argrules",
-    "capabilities._shell_process",
-    "capabilities._zygote_client",
+    "capabilities.mcp._http",
+    "capabilities.mcp._schema",
+    "capabilities.mcp._servers",
+    "capabilities.http._checks",
+    "capabilities.http._wire",
+    "capabilities.shell.argrules",
+    "capabilities.shell._process",
+    "capabilities.confine.zygote",
 )
 
 

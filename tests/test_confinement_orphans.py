@@ -26,13 +26,15 @@ import pytest
 from _procs import PLANLOOM, env, gone, marker_seconds, pids_with
 
 from capabilities import shell
+from capabilities.confine.launch import launcher_command
+from capabilities.confine.scratch import pids_cgroup_base
 from capabilities.shell import ShellGrant, ShellParams
 from engine.capability import CallContext
 
 PYTHON = os.path.realpath(sys.executable)
 _LAYERS = shell.confinement_report()
 _HAVE_PIDNS = _LAYERS.get("pid_namespace") == "active"
-_CGROUPS, _WHY = shell._pids_cgroup_base()
+_CGROUPS, _WHY = pids_cgroup_base()
 
 _DAEMON = (
     "import os, sys, time\n"
@@ -226,7 +228,7 @@ def test_launcher_exits_when_its_engine_is_already_gone(tmp_path: Path, marker: 
         "cgroup": None,
     }
     status_r, status_w = os.pipe()
-    command, config_fd = shell._launcher_command(config, status_w, [program, marker])
+    command, config_fd = launcher_command(config, status_w, [program, marker])
     try:
         proc = subprocess.Popen(command, pass_fds=(status_w, config_fd), cwd=tmp_path)
     finally:

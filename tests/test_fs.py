@@ -16,8 +16,7 @@ from typing import Any
 import pytest
 from pydantic import BaseModel, ValidationError
 
-from capabilities import _jail
-from capabilities.fs import FsGrant, ListResult, ReadResult, SearchResult, register
+from capabilities.fs import FsGrant, ListResult, ReadResult, SearchResult, _jail, register
 from engine.capability import CallContext, Registry
 from engine.errors import CapabilityDenied, StepFailed
 

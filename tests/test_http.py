@@ -10,7 +10,7 @@ from pydantic import ValidationError
 
 from capabilities import Registry
 from capabilities import http as http_cap
-from capabilities._net import (
+from capabilities.net import (
     authority_of,
     canonical_host,
     canonical_pattern,

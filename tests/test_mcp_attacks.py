@@ -31,10 +31,10 @@ from typing import Any
 import pytest
 from _procs import PLANLOOM, env, gone, marker_seconds, pids_with, start
 
-import capabilities._mcp_http as mcp_http
+import capabilities.mcp._http as mcp_http
 from capabilities import shell
-from capabilities._mcp_models import McpGrant
-from capabilities._mcp_servers import Servers, list_tools
+from capabilities.mcp._models import McpGrant
+from capabilities.mcp._servers import Servers, list_tools
 from engine.agent import tool_name_for
 from engine.app.commands import tools as tools_command
 from engine.app.registry import build_registry

@@ -28,7 +28,8 @@ from _procs import gone, marker_seconds, pids_with
 from mcp import Client, MCPError
 
 from capabilities import shell
-from capabilities._mcp_stdio import MAX_LINE, ConfinedStdio, StdioLaunch
+from capabilities.confine.scratch import pids_cgroup_base
+from capabilities.mcp._stdio import MAX_LINE, ConfinedStdio, StdioLaunch
 from engine.errors import CapabilityDenied, ConfigurationError
 
 SERVER_DIR = Path(__file__).parent / "data" / "mcp_stdio"
@@ -241,7 +242,7 @@ def test_nothing_outlives_the_connection(recipe_dir: Path, marker: str) -> None:
 
 def _our_cgroups(pid: int | None = None) -> list[str]:
     """The pids cgroups of the engine `pid` (this process by default) that still exist."""
-    base, _ = shell._pids_cgroup_base()
+    base, _ = pids_cgroup_base()
     if base is None:
         return []
     return [str(path) for path in Path(base).glob(f"planloom-{pid or os.getpid()}-*")]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from _procs import run_json
 
-from capabilities._shell_env import is_refused_env as _is_refused_env
+from capabilities.confine.env import is_refused_env as _is_refused_env
 from engine.redaction import is_secret_env_name
 
 

@@ -31,8 +31,10 @@ from typing import Any, TypeVar
 import pytest
 from _procs import PLANLOOM, alive, env, gone, marker_seconds, pids_with
 
-from capabilities import _zygote_client, shell
-from capabilities._zygote_client import Zygote
+from capabilities import shell
+from capabilities.confine import zygote as zygote_client
+from capabilities.confine.scratch import pids_cgroup_base
+from capabilities.confine.zygote import Zygote
 from capabilities.shell import ShellGrant, ShellParams, ShellResult
 from engine.capability import CallContext, Registry
 from engine.errors import StepFailed, StepTimeout
@@ -442,7 +444,7 @@ def test_a_call_running_when_its_zygote_dies_fails_clearly(tmp_path: Path, marke
 def test_a_zygote_that_cannot_start_fails_the_call_clearly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(_zygote_client, "_ZYGOTE", str(tmp_path / "missing.py"))
+    monkeypatch.setattr(zygote_client, "_ZYGOTE", str(tmp_path / "missing.py"))
 
     async def body(zygote: Zygote, ctx: CallContext) -> str:
         with pytest.raises(StepFailed) as info:
@@ -550,7 +552,7 @@ def test_kill_9_of_the_engine_ends_the_zygote_and_every_sandbox(tmp_path: Path) 
 def _remove_scratch_of(engine: int) -> None:
     """What a killed engine left (its calls' and spare's pids cgroups and TMPDIRs), which
     the next engine would sweep: removed here, so the test leaves nothing behind."""
-    base, _ = shell._pids_cgroup_base()
+    base, _ = pids_cgroup_base()
     folders = list(Path(tempfile.gettempdir()).glob(f"planloom-shell-{engine}-*"))
     cgroups = list(Path(base).glob(f"planloom-{engine}-*")) if base else []
     for folder in folders:

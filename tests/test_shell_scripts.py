@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 from _procs import planloom, run_json
 
-from capabilities._programs import lookup
+from capabilities.shell.programs import lookup
 
 _SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 _CANARY = "canary-7d1f0c9e"  # in secret.txt, outside the granted folder

@@ -30,9 +30,9 @@ import pytest
 from _procs import planloom
 from mcp_servers.project import Project, make_project, one_json
 
-from capabilities._fs_models import ListEntry, ListResult, ReadResult
-from capabilities._http_models import RequestResult
-from capabilities._shell_models import ShellResult
+from capabilities.fs._models import ListEntry, ListResult, ReadResult
+from capabilities.http._models import RequestResult
+from capabilities.shell._models import ShellResult
 
 COUNTER = Path(__file__).with_name("_validation_outputs_server.py")
 

@@ -12,7 +12,7 @@ import sys
 
 from mcp import Client
 
-from capabilities._mcp_stdio import ConfinedStdio, StdioLaunch
+from capabilities.mcp._stdio import ConfinedStdio, StdioLaunch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BASE = os.path.realpath(sys.base_prefix)

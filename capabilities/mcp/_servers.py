@@ -1,0 +1,409 @@
+"""Connecting to MCP servers: start or reach one, list its tools, and keep one session per run.
+
+A stdio server's program is resolved (planloom's own bin folder first, so `python3` is the
+interpreter planloom runs on; then a fixed safe PATH; or a path relative to the recipe
+folder) and started confined by `_stdio.ConfinedStdio`. An HTTP server is reached
+through a client pinned to its checked address (`_http`). Both speak MCP through the
+SDK's `mcp.Client`.
+
+`Servers` is the family's per-run state: the first call to a server connects to it, later
+calls reuse that session, and the run's end stops every server with its process tree. A
+session lives in a task of its own (the SDK's transports must be left by the task that
+entered them), so calls from any step share it. A server that died is started again by the
+next call to it.
+
+Sessions live on the family's own event loop (`_home`), whatever loop asks: so the
+session a listing opened can be parked, under a hold, and taken over by the run's
+`Servers`, and a server listed at validation is not started a second time for the run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import anyio
+import mcp_types
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+
+from capabilities.confine.env import SAFE_PATH, is_refused_env
+from capabilities.mcp._home import keeping, on_home, park, unpark
+from capabilities.mcp._http import checked_client
+from capabilities.mcp._models import FAMILY, MAX_NESTING, McpGrant, Server, StdioServer, nesting
+from capabilities.mcp._stdio import ConfinedStdio, StdioLaunch
+from engine.errors import CapabilityDenied, ConfigurationError, StepFailed
+
+__all__ = ["Connection", "Servers", "list_tools", "session"]
+
+_CLIENT = mcp_types.Implementation(name="planloom", version="0.1.0")
+_MAX_TOOLS = 1000  # tools taken from one server
+_MAX_PAGES = 100  # pages of tools/list
+_MAX_NAME = 128  # characters of a tool's name kept (longer names are not usable)
+_MAX_TEXT = 2000  # characters of a tool's title and description kept
+_MAX_SCHEMA = 256 * 1024  # bytes of one inputSchema (as JSON)
+_STOP_GRACE = 10.0  # seconds a session may take to wind down
+_FAILURE_POLLS, _FAILURE_POLL = 20, 0.025  # how long to wait for a dead server's exit report
+
+
+def _bin_path() -> str:
+    return f"{os.path.dirname(os.path.abspath(sys.executable))}:{SAFE_PATH}"
+
+
+def _program(command: str, base_dir: Path, name: str) -> str:
+    """The program's absolute path (not resolved through symlinks: a venv's python must
+    stay the venv's, to find its packages).
+
+    Raises:
+        ConfigurationError: not found, or not an executable file.
+    """
+    if "/" in command:
+        path = os.path.normpath(os.path.join(base_dir, command))
+        candidates = [path]
+    else:
+        candidates = [os.path.join(folder, command) for folder in _bin_path().split(":")]
+    for path in candidates:
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return path
+    where = f"at {candidates[0]}" if "/" in command else f"in planloom's bin folder or {SAFE_PATH}"
+    raise ConfigurationError(
+        f"MCP server '{name}': program {command!r} is not an executable file {where}"
+    )
+
+
+def stdio_launch(name: str, spec: StdioServer, base_dir: Path) -> StdioLaunch:
+    """How to start a stdio server, checked.
+
+    Raises:
+        ConfigurationError: a missing program or folder, or a refused variable.
+    """
+    cwd = os.path.realpath(os.path.join(base_dir, spec.cwd))
+    if not os.path.isdir(cwd):
+        raise ConfigurationError(f"MCP server '{name}': cwd {spec.cwd!r} is not a folder")
+    refused = sorted(key for key in spec.env if is_refused_env(key))
+    if refused:
+        raise ConfigurationError(
+            f"MCP server '{name}': env names variables that are never passed to programs "
+            f"({', '.join(refused)}): loader, interpreter and shell hooks, search paths and "
+            "secret-looking names; remove them"
+        )
+    program = _program(spec.command[0], base_dir, name)
+    reads = {
+        os.path.realpath(sys.prefix),
+        os.path.realpath(sys.base_prefix),
+        os.path.dirname(program),
+        os.path.dirname(os.path.realpath(program)),
+        *(os.path.realpath(os.path.join(base_dir, extra)) for extra in spec.read_paths),
+    }
+    env = {"PATH": _bin_path(), "HOME": cwd, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
+    env.update(spec.env)
+    return StdioLaunch(
+        server=name,
+        argv=[program, *spec.command[1:]],
+        cwd=cwd,
+        env=env,
+        network=spec.network,
+        reads=tuple(sorted(reads)),
+        rlimits={
+            "as": spec.max_memory,
+            "fsize": spec.max_file_size,
+            "nproc": spec.max_processes,
+            "core": 0,
+        },
+        max_processes=spec.max_processes,
+        protected=list(spec.protected),
+    )
+
+
+@dataclass(frozen=True)
+class Connection:
+    """A connected client, and (for a stdio server) its process's account of its end."""
+
+    client: Client
+    stdio: ConfinedStdio | None
+
+    async def failure(self) -> str | None:
+        """Why the server is gone, once its launcher has said (waits a moment for it)."""
+        if self.stdio is None:
+            return None
+        for _ in range(_FAILURE_POLLS):
+            why = self.stdio.failure()
+            if why is not None:
+                return why
+            await asyncio.sleep(_FAILURE_POLL)
+        return None
+
+
+@contextlib.asynccontextmanager
+async def session(name: str, spec: Server, base_dir: Path) -> AsyncIterator[Connection]:
+    """A connected, initialised client for one server; leaving it stops the server.
+
+    Raises:
+        ConfigurationError: the server cannot be started or reached, or answers wrongly;
+            the message says which and, for a stdio server, shows its stderr.
+    """
+    stdio: ConfinedStdio | None = None
+    async with contextlib.AsyncExitStack() as stack:
+        try:
+            if isinstance(spec, StdioServer):
+                stdio = ConfinedStdio(stdio_launch(name, spec, base_dir))
+                transport: Any = stdio
+            else:
+                http = await checked_client(spec, name, spec.startup_timeout)
+                stack.push_async_callback(http.aclose)
+                transport = streamable_http_client(spec.url, http_client=http)
+            client = Client(transport, client_info=_CLIENT, cache=None)
+            await stack.enter_async_context(client)
+        except ConfigurationError:
+            raise
+        except Exception as exc:  # the SDK's and the transport's many ways to fail
+            raise ConfigurationError(_cannot_start(name, spec, exc, stdio)) from None
+        yield Connection(client, stdio)
+
+
+def _cannot_start(name: str, spec: Server, exc: BaseException, stdio: ConfinedStdio | None) -> str:
+    what = "start" if isinstance(spec, StdioServer) else f"reach {spec.url}"
+    detail = _describe(exc)
+    why = stdio.failure() if stdio is not None else None
+    if why:
+        return f"MCP server '{name}' did not start: {why}"
+    return f"MCP server '{name}': could not {what}: {detail}"
+
+
+def _describe(exc: BaseException) -> str:
+    if isinstance(exc, BaseExceptionGroup):
+        return "; ".join(_describe(inner) for inner in exc.exceptions)
+    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
+
+
+async def list_tools(name: str, spec: Server, base_dir: Path) -> list[dict[str, Any]]:
+    """The server's tools (`tools/list`, every page), as JSON: in full for those the
+    grant's `tools` globs allow, by name alone for the others.
+
+    Under a hold (`_home.holding`) the server is then parked for the run's `Servers` to
+    take over (and a server parked already is listed again, not started again); else it
+    is stopped.
+
+    Raises:
+        ConfigurationError: it could not be started, reached or listed within
+            `startup_timeout`, or its listing is too large.
+    """
+    return await on_home(_list_tools(name, spec, base_dir))
+
+
+async def _list_tools(name: str, spec: Server, base_dir: Path) -> list[dict[str, Any]]:
+    key = _parking_key(name, spec, base_dir)
+    current = unpark(key)
+    if not isinstance(current, _Session) or current.task.done():
+        current = _Session(name, spec, base_dir)
+    tools: list[dict[str, Any]] = []
+    problem: ConfigurationError | None = None
+    try:
+        with anyio.fail_after(spec.startup_timeout):
+            connection = await asyncio.shield(current.ready)
+            try:
+                tools = await _all_tools(connection.client, name, spec.tools)
+            except ConfigurationError as exc:
+                problem = exc
+            except Exception as exc:  # an error answer, a crash, a broken line...
+                why = await connection.failure() or _describe(exc)
+                problem = ConfigurationError(f"MCP server '{name}' failed to list its tools: {why}")
+    except TimeoutError:
+        problem = ConfigurationError(
+            f"MCP server '{name}' did not answer within startup_timeout "
+            f"({spec.startup_timeout:g} s); raise it in the server's grant if it starts slowly"
+        )
+    except ConfigurationError as exc:  # it could not be started or reached
+        problem = exc
+    except CapabilityDenied as exc:  # it wrote a protected entry as it failed to start
+        problem = ConfigurationError(f"MCP server '{name}': {exc}")
+    if problem is None and keeping():
+        replaced = park(key, current)
+        if replaced is not None and replaced is not current:  # listed twice at once
+            await replaced.stop()
+        return tools
+    await current.stop()
+    # A protected entry it wrote while it was listed is found when it stops.
+    if problem is None and isinstance(current.ended, CapabilityDenied):
+        problem = ConfigurationError(f"MCP server '{name}': {current.ended}")
+    if problem is not None:
+        raise problem
+    return tools
+
+
+def _parking_key(name: str, spec: Server, base_dir: Path) -> tuple[str, str, str]:
+    """What a parked session is for: the server's name and grant, and the recipe folder."""
+    return name, spec.model_dump_json(), str(base_dir)
+
+
+async def _all_tools(client: Client, name: str, globs: list[str]) -> list[dict[str, Any]]:
+    tools: list[dict[str, Any]] = []
+    cursor: str | None = None
+    for _ in range(_MAX_PAGES):
+        page = await client.list_tools(cursor=cursor)
+        tools += [_tool_json(tool, globs) for tool in page.tools]
+        if len(tools) > _MAX_TOOLS:
+            raise ConfigurationError(
+                f"MCP server '{name}' lists more than {_MAX_TOOLS} tools; planloom takes at "
+                f"most {_MAX_TOOLS} from one server"
+            )
+        cursor = page.next_cursor
+        if not cursor:
+            return tools
+    raise ConfigurationError(
+        f"MCP server '{name}' sent more than {_MAX_PAGES} pages of tools without an end"
+    )
+
+
+def _tool_json(tool: mcp_types.Tool, globs: list[str]) -> dict[str, Any]:
+    """One tool as the listing keeps it: what binding needs, bounded; the name alone for
+    a tool the grant does not allow."""
+    if not any(fnmatch.fnmatchcase(tool.name, pattern) for pattern in globs):
+        return {"name": tool.name[:_MAX_NAME]}
+    notes = tool.annotations
+    schema: dict[str, Any] | None = tool.input_schema
+    unusable = None
+    if nesting(schema) > MAX_NESTING:
+        schema, unusable = None, f"its inputSchema nests deeper than {MAX_NESTING} levels"
+    elif len(json.dumps(schema)) > _MAX_SCHEMA:
+        schema, unusable = None, f"its inputSchema is larger than {_MAX_SCHEMA:,} bytes"
+    output: dict[str, Any] | None = tool.output_schema
+    if output is not None and (
+        nesting(output) > MAX_NESTING or len(json.dumps(output)) > _MAX_SCHEMA
+    ):
+        output = None  # too deep or too large to check references against: not checked
+    return {
+        "name": tool.name,
+        "output_schema": output,
+        "title": (tool.title or (notes.title if notes is not None else None) or "")[:_MAX_TEXT],
+        "description": (tool.description or "")[:_MAX_TEXT],
+        "input_schema": schema,
+        "unusable": unusable,
+        "read_only": bool(notes is not None and notes.read_only_hint is True),
+        "destructive": bool(notes is not None and notes.destructive_hint is True),
+        "idempotent": bool(notes is not None and notes.idempotent_hint is True),
+    }
+
+
+class _Session:
+    """One server's session, kept by a task of its own until `stop`."""
+
+    def __init__(self, name: str, spec: Server, base_dir: Path) -> None:
+        self.name = name
+        self.startup_timeout = spec.startup_timeout
+        loop = asyncio.get_running_loop()
+        self.ready: asyncio.Future[Connection] = loop.create_future()
+        # Whoever waits gets its exception; a start nobody waited for (stopped while
+        # starting, or parked and never taken) is no error to log.
+        self.ready.add_done_callback(lambda ready: ready.cancelled() or ready.exception())
+        self._stop = asyncio.Event()
+        self.ended: Exception | None = None  # how leaving the session failed, once started
+        self.task = asyncio.create_task(self._keep(spec, base_dir), name=f"mcp-{name}")
+
+    async def _keep(self, spec: Server, base_dir: Path) -> None:
+        try:
+            async with session(self.name, spec, base_dir) as connection:
+                self.ready.set_result(connection)
+                await self._stop.wait()
+        except Exception as exc:
+            if not self.ready.done():
+                self.ready.set_exception(exc)
+            else:
+                self.ended = exc
+        except BaseException:
+            if not self.ready.done():
+                self.ready.set_exception(
+                    StepFailed(f"{FAMILY}: the server '{self.name}' was stopped while starting")
+                )
+            raise
+
+    async def stop(self) -> None:
+        """End the session and its server, waiting a bounded time; a cancel of the caller
+        still cancels it (only the session's own end is waited for, not raised)."""
+        self._stop.set()
+        if not self.ready.done():
+            self.task.cancel()
+        await asyncio.wait({self.task}, timeout=_STOP_GRACE)
+        if not self.task.done():
+            self.task.cancel()
+
+
+class Servers:
+    """The `mcp` family's state for one run: a session per server, opened on first use,
+    or taken over from its listing (parked, under a hold) when the run starts."""
+
+    def __init__(self, grant: McpGrant, base_dir: Path) -> None:
+        self.grant = grant
+        self.base_dir = base_dir
+        self._sessions: dict[str, _Session] = {}
+
+    async def __aenter__(self) -> Servers:
+        await on_home(self._take_parked())
+        return self
+
+    async def __aexit__(self, *_: object) -> None:
+        await on_home(self._stop_all(), detached=True)
+
+    async def _take_parked(self) -> None:
+        for name, spec in self.grant.servers.items():
+            parked = unpark(_parking_key(name, spec, self.base_dir))
+            if isinstance(parked, _Session):
+                self._sessions[name] = parked
+
+    async def _stop_all(self) -> None:
+        sessions, self._sessions = list(self._sessions.values()), {}
+        await asyncio.gather(*(s.stop() for s in sessions))
+
+    async def call(
+        self, server: str, tool: str, arguments: dict[str, Any]
+    ) -> mcp_types.CallToolResult:
+        """Call `tool` on `server`, connecting first if need be.
+
+        Raises:
+            StepFailed: the server could not start, or died or broke off during the call
+                (its next call starts it again).
+        """
+        return await on_home(self._call(server, tool, arguments))
+
+    async def _call(
+        self, server: str, tool: str, arguments: dict[str, Any]
+    ) -> mcp_types.CallToolResult:
+        current = self._sessions.get(server)
+        if current is None or current.task.done():
+            current = _Session(server, self.grant.servers[server], self.base_dir)
+            self._sessions[server] = current
+        try:
+            connection = await asyncio.wait_for(
+                asyncio.shield(current.ready), current.startup_timeout
+            )
+        except TimeoutError:
+            self._forget(server, current)
+            await current.stop()
+            raise StepFailed(
+                f"{FAMILY}.{server}.{tool}: the server did not start within startup_timeout "
+                f"({current.startup_timeout:g} s)"
+            ) from None
+        except ConfigurationError as exc:
+            self._forget(server, current)
+            raise StepFailed(f"{FAMILY}.{server}.{tool}: {exc}") from None
+        try:
+            return await connection.client.call_tool(tool, arguments)
+        except Exception as exc:
+            self._forget(server, current)
+            why = await connection.failure() or _describe(exc)
+            await current.stop()
+            raise StepFailed(
+                f"{FAMILY}.{server}.{tool}: the server broke off the call: {why}"
+            ) from None
+
+    def _forget(self, server: str, which: _Session) -> None:
+        if self._sessions.get(server) is which:
+            del self._sessions[server]
