@@ -8,15 +8,16 @@ graph's last steps to the first `finally` steps, which start only once the main 
 from __future__ import annotations
 
 import json
-from typing import Any, Literal
-
-import networkx as nx
+from typing import TYPE_CHECKING, Any, Literal
 
 from engine._graph import build_graph
 from engine._graph import step_dependencies as build_deps
 from engine.capability import Registry
 from engine.model import Plan, Step
 from engine.sanitize import neutralize
+
+if TYPE_CHECKING:  # ~0.1 s to import: only drawing needs it, not a run's progress view
+    import networkx as nx
 
 __all__ = ["GraphFormat", "graph_data", "plan_has_side_effects", "render_graph", "render_plan"]
 
@@ -143,6 +144,8 @@ def _ascii(plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]) -> str:
     reads: dict[str, list[str]] = {}  # a finally step → the main steps it reads
     for a, b in _finally_edges(plan, main, final)[0]:
         reads.setdefault(b, []).append(a)
+    import networkx as nx
+
     for title, graph in (("layer", main), ("finally", final)):
         for depth, layer in enumerate(nx.topological_generations(graph), start=1):
             for node in sorted(layer):

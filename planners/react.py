@@ -14,8 +14,6 @@ import asyncio
 import json
 from typing import Any
 
-import jsonschema
-
 from engine.agent import AgentTask, ToolSpec, TranscriptEntry, tool_name_for
 from engine.errors import BudgetExceeded, ReplayMismatch, StepError, StepFailed
 from engine.limits import loads_json
@@ -149,6 +147,8 @@ class ReactAgent:
         text = result.content or ""
         if task.output_schema is None:
             return (text, None) if text.strip() else (None, "the answer is empty")
+        import jsonschema  # ~25 ms to import: only for steps with an output_schema
+
         try:
             value = extract_json(text)
             jsonschema.validate(value, task.output_schema)

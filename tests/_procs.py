@@ -7,6 +7,7 @@ Zombies count as gone: PID 1 on test machines may not reap orphans.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -54,6 +55,24 @@ def gone(check: Callable[[], object], within: float = 3.0) -> bool:
             return False
         time.sleep(0.02)
     return True
+
+
+def until(check: Callable[[], object], within: float, what: str) -> None:
+    """Poll `check()` until it is true, for at most `within` seconds, then fail naming `what`."""
+    end = time.monotonic() + within
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {within:g} s waiting for {what}")
+        time.sleep(0.02)
+
+
+async def until_async(check: Callable[[], object], within: float, what: str) -> None:
+    """`until` inside a running event loop: polls without blocking it."""
+    end = time.monotonic() + within
+    while not check():
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out after {within:g} s waiting for {what}")
+        await asyncio.sleep(0.02)
 
 
 def marker_seconds(whole: int) -> str:

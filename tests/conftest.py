@@ -6,6 +6,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import socket
+import sys
 from typing import Any
 
 import pytest
@@ -14,6 +15,15 @@ from hypothesis import HealthCheck, settings
 from capabilities import Registry, default_registry
 
 pytest_plugins = ["pytester"]
+
+# Bytecode is written, as a user's `pip install` writes it. Where PYTHONDONTWRITEBYTECODE is
+# set (as on some CI images), nothing was cached: every `planloom` a test starts (about
+# 1,100 of them) compiled the package again, and every pytest process rewrote the asserts of
+# every module it imported again (the package's modules too: it ships a pytest plugin). That
+# was a sixth of the suite's CPU time. Set here, before the xdist workers start, so they
+# and every process the tests start inherit it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
 
 settings.register_profile(
     "default",

@@ -27,6 +27,7 @@ from engine.results import TERMINAL, Decision, RunResult
 from engine.testing import (
     ChatReply,
     ChatRequest,
+    FakeClock,
     FakeOpenAIServer,
     Fault,
     ModelFunction,
@@ -66,10 +67,12 @@ def run(
     registry: Registry | None = None,
     budget: Budget | None = None,
     release: threading.Event | None = None,
+    clock: FakeClock | None = None,
 ) -> tuple[RunResult, FakeOpenAIServer]:
     """Validate and run `text` with a model served over HTTP; every step must end terminal.
 
-    `release` is set once the run is over (a model function may block on it).
+    `release` is set once the run is over (a model function may block on it); the run keeps
+    `clock`'s time if given.
     """
     registry = registry or default_registry()
     data, source = parse_recipe_text(text, "<test>")
@@ -95,7 +98,7 @@ def run(
                 await client.aclose()
 
         try:
-            result = asyncio.run(go())
+            result = (clock.run if clock is not None else asyncio.run)(go())
         finally:
             if release is not None:
                 release.set()
@@ -670,7 +673,6 @@ def test_confirm_never_does_not_waive_gates_for_tools_a_model_chooses(
     assert "denied by approver" in (transcript[0]["detail"] or "")
 
 
-@pytest.mark.slow
 def test_a_spent_budget_cancels_the_other_calls_of_the_turn(tmp_path: Path, jail: Path) -> None:
     registry = default_registry()
     tools = ScriptedTools(registry)
@@ -686,11 +688,11 @@ def test_a_spent_budget_cancels_the_other_calls_of_the_turn(tmp_path: Path, jail
     )
     data = json.loads(recipe([agent_step("both", ["test.run"])], {"test": {}}))
     data["limits"] = {"max_tool_calls": 1}
-    result, _ = run(json.dumps(data), tmp_path, model, registry=registry)
+    clock = FakeClock(autojump_threshold=0.5)  # (the model answers over a socket)
+    result, _ = run(json.dumps(data), tmp_path, model, registry=registry, clock=clock)
     assert result.steps["work"].status == "failed"
-    slow = tools.calls_for("slow")
-    time.sleep(2.0)  # had it gone on, it would have finished by now
-    assert all(call.outcome != "ok" for call in slow)
+    assert clock.time() < 1.5, "the run waited for the call the spent budget cancels"
+    assert all(call.outcome == "cancelled" for call in tools.calls_for("slow"))
 
 
 def test_a_malformed_model_reply_lets_can_fail_apply(tmp_path: Path, jail: Path) -> None:

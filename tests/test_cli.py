@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import pids_with
+from _procs import pids_with, until
 
 
 def pids_with_arg(marker: str) -> list[int]:
@@ -876,14 +876,6 @@ def test_help_exits_0(tmp_path: Path) -> None:
 # -- interruption -------------------------------------------------------------------------
 
 
-def _wait_for(predicate: Any, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
-        time.sleep(0.05)
-
-
 def test_sigint_cancels_running_steps_runs_finally_and_kills_children(tmp_path: Path) -> None:
     recipe(tmp_path, "interrupt.yaml")
     nap = f"600.{uuid.uuid4().int % 10**9:09d}"  # a unique argument to find the sleeps by
@@ -897,7 +889,7 @@ def test_sigint_cancels_running_steps_runs_finally_and_kills_children(tmp_path: 
         text=True,
     )
     try:
-        _wait_for(lambda: len(pids_with_arg(nap)) == 2 or proc.poll() is not None, 30, "sleeps")
+        until(lambda: len(pids_with_arg(nap)) == 2 or proc.poll() is not None, 30, "sleeps")
         assert proc.poll() is None, proc.communicate()
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
@@ -923,7 +915,7 @@ def test_sigint_cancels_running_steps_runs_finally_and_kills_children(tmp_path: 
         "mark": "succeeded",
     }
     assert (tmp_path / "marker.txt").read_text() == "cancelled"
-    _wait_for(lambda: not pids_with_arg(nap), 5, "the sleeps to be gone")
+    until(lambda: not pids_with_arg(nap), 5, "the sleeps to be gone")
 
 
 # -- the shipped example ------------------------------------------------------------------

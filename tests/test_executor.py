@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
-import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +22,7 @@ from engine.results import TERMINAL, Decision, RunResult
 from engine.testing import (
     Call,
     Fail,
+    FakeClock,
     Hang,
     Raise,
     ScriptedTools,
@@ -65,8 +65,10 @@ def check_terminal(result: RunResult) -> RunResult:
 
 
 def run(registry: Registry, steps: list[dict[str, Any]], **kwargs: Any) -> RunResult:
-    """Run a recipe built from `steps`; kwargs go to the recipe or to `run_recipe_text`."""
-    options = {k: kwargs.pop(k) for k in ("approver", "sleep") if k in kwargs}
+    """Run a recipe built from `steps` on a `FakeClock` (its `Wait`s, timeouts and deadlines
+    pass at once, in order); kwargs go to the recipe or to `run_recipe_text`."""
+    options = {k: kwargs.pop(k) for k in ("approver", "sleep", "clock") if k in kwargs}
+    options.setdefault("clock", FakeClock())
     return check_terminal(run_recipe_text(recipe(steps, **kwargs), registry, **options))
 
 
@@ -77,7 +79,8 @@ def statuses(result: RunResult) -> dict[str, str]:
 def max_concurrency(calls: list[Call]) -> int:
     """The most calls that were in flight at the same moment."""
     events = sorted(
-        [(c.started, 1) for c in calls] + [(c.ended or float("inf"), -1) for c in calls],
+        [(c.started, 1) for c in calls]
+        + [(float("inf") if c.ended is None else c.ended, -1) for c in calls],
         key=lambda e: (e[0], e[1]),  # an end at the same instant as a start comes first
     )
     running = peak = 0
@@ -601,7 +604,7 @@ def test_for_each_output_is_in_item_order_with_item_and_index(
     assert result.steps["ordered"].status == "succeeded"
     assert result.steps["ordered"].output == ["first", "second", "third"]
     # Completion order differed from item order, so order is not an accident.
-    ends = sorted(tools.calls, key=lambda c: c.ended or float("inf"))
+    ends = sorted(tools.calls, key=lambda c: float("inf") if c.ended is None else c.ended)
     assert [c.key for c in ends if c.key.startswith("k")] == ["k1", "k2", "k0"]
     assert result.steps["labels"].output == ["0:x", "1:y", "2:z"]
 
@@ -659,12 +662,11 @@ def test_for_each_over_a_non_list_fails_clearly(registry: Registry, tools: Scrip
 
 def test_per_attempt_timeout_fails_the_step(registry: Registry, tools: ScriptedTools) -> None:
     tools.script("stuck", Hang())
-    started = time.monotonic()
-    result = run(registry, [step("stuck", timeout=0.2)])
-    elapsed = time.monotonic() - started
+    clock = FakeClock()
+    result = run(registry, [step("stuck", timeout=0.2)], clock=clock)
     assert result.steps["stuck"].status == "failed"
     assert "timed out" in (result.steps["stuck"].error or "")
-    assert elapsed < 5
+    assert clock.time() == pytest.approx(0.2)
     (call,) = tools.calls_for("stuck")
     assert call.ended is not None
     assert call.ended - call.started >= 0.15
@@ -765,14 +767,15 @@ def test_a_tool_raising_cancelled_error_fails_only_that_step(
     """
     # Raise is typed for Exception; CancelledError is a BaseException, which is the point.
     tools.script("odd", Raise(asyncio.CancelledError()))  # type: ignore[arg-type]
-    started = time.monotonic()
+    clock = FakeClock()
     result = run(
         registry,
         [step("odd"), step("sibling"), step("after", depends_on=["odd"])],
         on_failure="continue",
         limits={"max_duration": 1},  # turns the hang this guards against into a failure
+        clock=clock,
     )
-    assert time.monotonic() - started < 0.9
+    assert clock.time() < 1
     assert statuses(result) == {"odd": "failed", "sibling": "succeeded", "after": "skipped"}
     assert "CancelledError" in (result.steps["odd"].error or "")
     assert result.errors == []
@@ -780,14 +783,14 @@ def test_a_tool_raising_cancelled_error_fails_only_that_step(
 
 def test_max_duration_cancels_in_flight_steps(registry: Registry, tools: ScriptedTools) -> None:
     tools.script("stuck", Hang())
-    started = time.monotonic()
+    clock = FakeClock()
     result = run(
         registry,
         [step("quick"), step("stuck", timeout=30), step("later", depends_on=["stuck"])],
         limits={"max_duration": 0.3},
+        clock=clock,
     )
-    elapsed = time.monotonic() - started
-    assert elapsed < 3
+    assert clock.time() == pytest.approx(0.3)
     assert result.steps["quick"].status == "succeeded"
     assert result.steps["stuck"].status == "cancelled"
     assert "max_duration" in (result.steps["stuck"].error or "")
@@ -813,9 +816,9 @@ def test_cancel_mid_run_cancels_in_flight_and_still_runs_finally(
         asyncio.get_running_loop().call_later(0.2, executor.cancel)
         return await executor.run()
 
-    started = time.monotonic()
-    result = check_terminal(asyncio.run(main()))
-    assert time.monotonic() - started < 3
+    clock = FakeClock()
+    result = check_terminal(clock.run(main()))
+    assert clock.time() == pytest.approx(0.2)
     assert result.status == "cancelled"
     assert result.steps["quick"].status == "succeeded"
     assert result.steps["stuck"].status == "cancelled"

@@ -70,6 +70,7 @@ PUBLIC = {
         "ChatReply",
         "ChatRequest",
         "Fail",
+        "FakeClock",
         "FakeOpenAIServer",
         "Fault",
         "Hang",

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from _procs import PLANLOOM, env, planloom
+from _procs import PLANLOOM, env, planloom, until
 from pydantic import SecretStr
 from rich.console import Console
 
@@ -74,15 +74,6 @@ def with_client(
             await client.aclose()
 
     return asyncio.run(scenario())
-
-
-def until(check: Callable[[], object], within: float, what: str) -> None:
-    """Poll `check()` until it is true, for at most `within` seconds."""
-    end = time.monotonic() + within
-    while not check():
-        if time.monotonic() > end:
-            raise AssertionError(f"timed out after {within} s waiting for {what}")
-        time.sleep(0.02)
 
 
 def answer(result: ChatResult) -> dict[str, Any]:

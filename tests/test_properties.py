@@ -366,7 +366,8 @@ def check_stop_starts(out: Outcome, spec: PlanSpec, started: set[str]) -> None:
 def check_concurrency(out: Outcome, spec: PlanSpec) -> None:
     """Never more tool calls in flight than `limits.max_parallel` (one per step at most)."""
     marks = sorted(  # at equal times an end (-1) sorts before a start (+1)
-        [(c.started, 1) for c in out.calls] + [(c.ended or float("inf"), -1) for c in out.calls]
+        [(c.started, 1) for c in out.calls]
+        + [(float("inf") if c.ended is None else c.ended, -1) for c in out.calls]
     )
     running = peak = 0
     for _, delta in marks:

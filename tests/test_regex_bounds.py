@@ -13,6 +13,7 @@ the timeout is the test failing.
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import textwrap
@@ -189,10 +190,22 @@ def test_invalid_literal_regex_in_a_template_is_a_located_validation_error(
 # -- Ctrl-C -----------------------------------------------------------------------------
 
 
+def _cpu_seconds(pid: int) -> float:
+    """The CPU time process `pid` has used (user and system), in seconds."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def _interrupt_when(
-    tmp_path: Path, args: list[str], ready: Any, environ: dict[str, str] | None = None
+    tmp_path: Path,
+    args: list[str],
+    ready: Any,
+    environ: dict[str, str] | None = None,
+    *,
+    busy: float = 0.0,
 ) -> tuple[int, float, str]:
-    """Start planloom, wait for `ready()`, send SIGINT; the exit code and how long it took."""
+    """Start planloom, wait for `ready()` and then for it to have used `busy` more seconds of
+    CPU (inside the slow part), send SIGINT; the exit code and how long it took to stop."""
     proc = subprocess.Popen(
         [PLANLOOM, *args],
         cwd=tmp_path,
@@ -208,7 +221,11 @@ def _interrupt_when(
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < end, "the step never started"
             time.sleep(0.05)
-        time.sleep(0.3)  # well inside the slow part
+        began = _cpu_seconds(proc.pid)
+        while _cpu_seconds(proc.pid) - began < busy:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < end, f"it never used {busy} s of CPU after it was ready"
+            time.sleep(0.05)
         sent = time.monotonic()
         proc.send_signal(signal.SIGINT)
         try:
@@ -295,7 +312,7 @@ def test_sigint_stops_a_run_stuck_in_a_catastrophic_search(tmp_path: Path) -> No
         return log.exists() and "attempt.started" in log.read_text()
 
     code, elapsed, stderr = _interrupt_when(
-        tmp_path, ["run", "recipe.yaml", "--log-file", str(log)], searching
+        tmp_path, ["run", "recipe.yaml", "--log-file", str(log)], searching, busy=0.3
     )
 
     assert code == 130, stderr

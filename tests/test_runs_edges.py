@@ -9,13 +9,12 @@ import os
 import signal
 import sqlite3
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 from _durable_attacks import WATCH, lab
-from _procs import TIMEOUT, env
+from _procs import TIMEOUT, env, until
 
 from engine.app.sqlite_store import process_start
 from engine.testing import ChatRequest, FakeOpenAIServer
@@ -46,13 +45,6 @@ def _state(pid: int) -> str:
     return stat.rsplit(")", 1)[1].split()[0]
 
 
-def _poll(check: Any, what: str) -> None:
-    deadline = time.monotonic() + WATCH
-    while not check():
-        assert time.monotonic() < deadline, f"{what} never came in {WATCH} s"
-        time.sleep(0.01)
-
-
 @pytest.mark.slow
 def test_a_run_killed_and_not_yet_reaped_is_listed_interrupted(tmp_path: Path) -> None:
     """Right after `kill -9`, until its parent waits for it, the process is a zombie: its
@@ -65,7 +57,7 @@ def test_a_run_killed_and_not_yet_reaped_is_listed_interrupted(tmp_path: Path) -
             listed = it.cli("runs", "--json")
             assert _listed(listed.stdout) == [{"status": "running", "steps": 1, "done": 0}]
             run.send_signal(signal.SIGKILL)
-            _poll(lambda: _state(run.pid) == "Z", "the killed process as a zombie")
+            until(lambda: _state(run.pid) == "Z", WATCH, "the killed process as a zombie")
             listed = it.cli("runs", "--json")  # not reaped yet: this test has not waited
             assert _state(run.pid) == "Z"
         finally:

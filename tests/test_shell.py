@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import gone, marker_seconds, pids_with
+from _procs import gone, marker_seconds, pids_with, until_async
 from pydantic import ValidationError
 
 from capabilities import shell
@@ -432,8 +432,7 @@ def test_cancellation_kills_the_process_and_propagates(tmp_path: Path) -> None:
 
     async def scenario() -> None:
         task = asyncio.create_task(shell.run(ShellParams(argv=["sleep", marker]), ctx))
-        await asyncio.sleep(0.2)
-        assert pids_with_arg(marker)
+        await until_async(lambda: pids_with_arg(marker), 10.0, "the sleep to start")
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await asyncio.wait_for(task, 5.0)

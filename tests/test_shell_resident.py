@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
-from _procs import PLANLOOM, alive, env, gone, marker_seconds, pids_with
+from _procs import PLANLOOM, alive, env, gone, marker_seconds, pids_with, until_async
 
 from capabilities import shell
 from capabilities.confine import zygote as zygote_client
@@ -121,13 +121,6 @@ def marker() -> Iterator[str]:
     for pid in pids_with(value):
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, signal.SIGKILL)
-
-
-async def _until(check: Callable[[], object], within: float = 20.0) -> None:
-    end = time.monotonic() + within
-    while not check():
-        assert time.monotonic() < end, "the condition never came"
-        await asyncio.sleep(0.02)
 
 
 # --- one zygote per run ------------------------------------------------------------------
@@ -336,7 +329,7 @@ def test_cancellation_kills_the_call_and_propagates(tmp_path: Path, marker: str)
     async def body(zygote: Zygote, ctx: CallContext) -> None:
         for _ in range(2):  # forked, then a spare's
             task = asyncio.create_task(_run(ctx, "sleep", marker))
-            await _until(lambda: pids_with(marker))
+            await until_async(lambda: pids_with(marker), 20.0, "the sleep to start")
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await asyncio.wait_for(task, 10.0)
@@ -415,7 +408,7 @@ def test_a_killed_zygote_is_restarted_for_the_next_call(tmp_path: Path) -> None:
         first = zygote.pid
         assert first is not None
         os.kill(first, signal.SIGKILL)
-        await _until(lambda: not alive(first))
+        await until_async(lambda: not alive(first), 20.0, "the first launcher to end")
         result = await _run(ctx, "sh", "-c", "echo again")
         assert zygote.pid != first
         assert len(_children(os.getpid(), _ZYGOTE)) == 1
@@ -428,7 +421,7 @@ def test_a_call_running_when_its_zygote_dies_fails_clearly(tmp_path: Path, marke
     async def body(zygote: Zygote, ctx: CallContext) -> str:
         await _run(ctx, "true")  # the next call is a spare's
         task = asyncio.create_task(_run(ctx, "sleep", marker))
-        await _until(lambda: pids_with(marker))
+        await until_async(lambda: pids_with(marker), 20.0, "the sleep to start")
         assert zygote.pid is not None
         os.kill(zygote.pid, signal.SIGKILL)
         with pytest.raises(StepFailed) as info:

@@ -6,8 +6,6 @@ import sys
 from collections.abc import MutableMapping
 from typing import Any, TextIO
 
-import structlog
-
 from engine.app.console import uses_colour
 from engine.errors import ConfigurationError
 from engine.events import EventBus, structlog_subscriber
@@ -25,6 +23,10 @@ def open_log(path: str) -> TextIO:
 
 
 def subscribe_logs(events: EventBus, *, verbose: bool, log_stream: TextIO | None) -> None:
+    if not verbose and log_stream is None:
+        return
+    import structlog  # ~80 ms with its dev renderer: only a run that logs pays for it
+
     if verbose:
         logger = structlog.wrap_logger(
             structlog.PrintLogger(sys.stderr),

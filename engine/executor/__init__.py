@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from engine._graph import plan_edges
+from engine._support.clock import now
 from engine._support.gc import collector_paused, freeze_survivors, heap_frozen
 from engine._support.scope import enter_scope
 from engine.agent import AgentRunner
@@ -206,7 +206,7 @@ class Executor:
                 self.sandbox.scopes[name] = await stack.enter_async_context(scope)
 
     async def _run(self) -> RunResult:
-        started = time.monotonic()
+        started = now()
         # Kept steps (a resumed run's, a replan's) end here with no events of their own:
         # the run's start names them, so a subscriber counting ended steps counts them too.
         kept: dict[str, Any] = {"kept": list(self.preloaded)} if self.preloaded else {}
@@ -220,7 +220,7 @@ class Executor:
         if self.plan.finally_:
             reason = self._stop_reason
             self._stop_reason = None
-            final_deadline = max(deadline, time.monotonic() + self.plan.limits.timeout)
+            final_deadline = max(deadline, now() + self.plan.limits.timeout)
             await self._run_graph("finally", "continue", final_deadline)
             self._stop_reason = self._stop_reason or reason
             if main == "succeeded" and self._status(self.plan.finally_) == "failed":
@@ -230,7 +230,7 @@ class Executor:
         outputs, unknown = plan_outputs(self.plan, context, unknown_steps, self.errors)
         if main == "succeeded" and self.errors:
             main = "failed"
-        self.events.emit("run.finished", status=main, seconds=time.monotonic() - started)
+        self.events.emit("run.finished", status=main, seconds=now() - started)
         return RunResult(
             run_id=self.run_id,
             status=main,
@@ -277,7 +277,7 @@ class Executor:
         task = asyncio.create_task(scheduler.run(), name="planloom-graph")
         self._graph_task = task
         timer = asyncio.get_running_loop().call_at(
-            asyncio.get_running_loop().time() + max(deadline - time.monotonic(), 0),
+            max(deadline, now()),
             self._expire,
         )
         try:
@@ -327,7 +327,7 @@ class Executor:
         compiled = self._compiled[step_id] = CompiledStep(self._steps[step_id])
         step = compiled.step
         enter_scope(step_id)  # this step's task: what a cassette files its calls under
-        self._started[step_id] = time.monotonic()
+        self._started[step_id] = now()
         self.events.emit("step.started", step_id)
         if self.sandbox.dry_run:
             skipped = dry_skip(step, self.attempts.unknown, self.registry)
@@ -376,7 +376,7 @@ class Executor:
             result.__dict__["warnings"] = warnings
         started = self._started.pop(step_id, None)
         if started is not None and self.sandbox.results.timed:  # (a kept step keeps its own)
-            result.__dict__["duration"] = round(time.monotonic() - started, 6)
+            result.__dict__["duration"] = round(now() - started, 6)
         transcript = self.agents.transcripts.get(step_id)
         if transcript:
             result.transcript = self.secrets.redact_value(transcript)

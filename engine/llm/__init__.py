@@ -21,7 +21,6 @@ one clean line.
 from __future__ import annotations
 
 import asyncio
-import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -29,6 +28,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from engine._support.clock import now
 from engine.errors import ConfigurationError, PlanloomError, StepError, StepTimeout
 from engine.llm._json import chat_json
 from engine.llm._stream import Assembly
@@ -231,7 +231,7 @@ class LLMClient:
             kwargs["temperature"] = self.config.temperature
         # Always bounded: an answer that runs on would hold the step (and a local server).
         kwargs[self.tokens_field] = self.config.max_tokens
-        started = time.monotonic()
+        started = now()
         sent = False  # whether the call went out (and so counts, even if cut off)
 
         async def call(request: dict[str, Any]) -> ChatResult:
@@ -249,12 +249,12 @@ class LLMClient:
             if isinstance(exc, ConfigurationError):
                 self.refused = str(exc)
             if self.on_fail is not None:
-                self.on_fail(exc, time.monotonic() - started)
+                self.on_fail(exc, now() - started)
             raise
         except asyncio.CancelledError:  # cut off (a timeout, Ctrl-C): made all the same
             if sent and self.on_fail is not None:
                 cut = ModelCallCancelled("the model call was cut off (a timeout, or Ctrl-C)")
-                self.on_fail(cut, time.monotonic() - started)
+                self.on_fail(cut, now() - started)
             raise
         if self.on_call is not None:
             self.on_call(result)
@@ -267,7 +267,7 @@ class LLMClient:
             self.on_wait(seconds, why_failed(failed))
 
     async def _live(self, kwargs: dict[str, Any]) -> ChatResult:
-        started = time.monotonic()
+        started = now()
         self.budget.calls += 1  # counted when sent: a call that fails is still a call made
         while True:  # at most three requests: each refusal below is met once a run
             streams = self.streams  # this request's: calls run at once, and learn together
@@ -288,7 +288,7 @@ class LLMClient:
                 self.tokens_field = other
                 kwargs = {k: v for k, v in kwargs.items() if k != "max_tokens"}
                 kwargs[other] = self.config.max_tokens
-        return self._account(response, time.monotonic() - started)
+        return self._account(response, now() - started)
 
     async def _create(self, kwargs: dict[str, Any], *, streams: bool) -> Any:
         """One chat completion request, with its retries; openai's errors translated."""
@@ -363,17 +363,17 @@ class LLMClient:
             if "event-stream" not in kind:  # a server that answers as if not asked to stream
                 return plain_body(await _body(stream.response))
             answer = Assembly()
-            reported = time.monotonic()
+            reported = now()
             with transport(stream.response.request):  # (a body cut short, a reset)
                 async for chunk in stream:
                     answer.add(chunk)
-                    now = time.monotonic()
+                    moment = now()
                     if (
                         self.on_progress is not None
                         and answer.chunks
-                        and (now - reported >= PROGRESS_EVERY)
+                        and (moment - reported >= PROGRESS_EVERY)
                     ):
-                        reported = now
+                        reported = moment
                         self.on_progress(answer.chunks)
         finally:
             await stream.close()

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import ipaddress
 import os
-import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import get_args
@@ -26,6 +25,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, SecretStr
 
+from engine._support.clock import now
 from engine.errors import BudgetExceeded, ConfigurationError
 from engine.model import (
     MAX_LLM_RETRIES,
@@ -220,7 +220,7 @@ class Budget:
 
     max_calls: int | None = None
     max_tokens: int | None = None
-    deadline: float | None = None  # time.monotonic() value
+    deadline: float | None = None  # on the run's clock (engine._support.clock.now)
     calls: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -237,7 +237,7 @@ class Budget:
                 f"the run used all {self.max_tokens} tokens (limits.max_llm_tokens)",
                 limit="max_llm_tokens",
             )
-        if self.deadline is not None and time.monotonic() >= self.deadline:
+        if self.deadline is not None and now() >= self.deadline:
             raise BudgetExceeded("the run reached limits.max_duration", limit="max_duration")
 
     @property

@@ -6,12 +6,12 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
-import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from engine._support.clock import now
 from engine._support.threads import DaemonThreadPool
 from engine.capability import Registry
 from engine.errors import PlanValidationError, StepError
@@ -78,7 +78,7 @@ class SessionRun:
         budget = Budget(
             max_calls=self.limits.max_llm_calls,
             max_tokens=self.limits.max_llm_tokens,
-            deadline=time.monotonic() + self.limits.max_duration,
+            deadline=now() + self.limits.max_duration,
         )
         for step in self.kept.values():  # a resumed run: what its kept steps spent counts
             budget.calls += step.usage.llm_calls

@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import sys
-import time
 from collections import defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -29,6 +28,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, SecretStr
 
 from capabilities import Action, CallContext, Family, Registry
+from engine._support.clock import now
 from engine.approval import Approver, GateRequest
 from engine.approval.questions import Question
 from engine.errors import ConfigurationError, ReplayMismatch, StepFailed, UsageError
@@ -38,6 +38,7 @@ from engine.model import Plan
 from engine.recording.cassette import RecordMode
 from engine.redaction import Secrets
 from engine.results import Decision, RunResult
+from engine.testing._clock import FakeClock
 from engine.testing._fakellm import (
     ChatReply,
     ChatRequest,
@@ -55,6 +56,7 @@ __all__ = [
     "ChatReply",
     "ChatRequest",
     "Fail",
+    "FakeClock",
     "FakeOpenAIServer",
     "Fault",
     "Hang",
@@ -94,7 +96,8 @@ class Raise:
 
 @dataclass(frozen=True)
 class Wait:
-    """The call sleeps `seconds` (real time), then behaves as `then`."""
+    """The call sleeps `seconds` (on the run's clock: real, or a `FakeClock`'s), then
+    behaves as `then`."""
 
     seconds: float
     then: Any = None
@@ -154,7 +157,7 @@ class ScriptedTools:
     async def _run(self, params: _Params, ctx: CallContext) -> Any:
         self._counts[params.key] += 1
         number = self._counts[params.key]
-        call = Call(params.key, number, time.monotonic())
+        call = Call(params.key, number, now())
         self.calls.append(call)
         script = self.scripts.get(params.key)
         behaviour = script[min(number, len(script)) - 1] if script else params.value
@@ -167,7 +170,7 @@ class ScriptedTools:
             call.outcome = type(exc).__name__
             raise
         finally:
-            call.ended = time.monotonic()
+            call.ended = now()
         call.outcome = "ok"
         return result
 
@@ -231,6 +234,7 @@ def run_recipe_text(
     events: EventBus | None = None,
     secrets: Secrets | None = None,
     model_sleep: Sleep = instant_sleep,
+    clock: FakeClock | None = None,
 ) -> RunResult:
     """Parse, validate and run a recipe given as text; returns the run result.
 
@@ -239,7 +243,9 @@ def run_recipe_text(
     `m`; agent steps and natural-language fallbacks run the ReAct loop. `events` sees the
     run's events; `secrets` are what is redacted (by default, the environment's);
     `sleep` and `model_sleep` are the waits between a step's and a model call's retries
-    (instant by default; pass a recorder to see them).
+    (instant by default; pass a recorder to see them). With `clock`, the run keeps its
+    virtual time: timeouts, `Wait`s and durations pass at once and exactly (a model's
+    answers come over a socket: give such a clock a threshold, see `FakeClock`).
 
     Raises:
         PlanValidationError: the recipe is invalid.
@@ -275,11 +281,12 @@ def run_recipe_text(
             if client is not None:
                 await client.aclose()
 
+    run = clock.run if clock is not None else asyncio.run
     if model is None:
-        return asyncio.run(go(None))
+        return run(go(None))
     with FakeOpenAIServer(model) as server:
         server.inject(*faults)
-        return asyncio.run(go(server.base_url))
+        return run(go(server.base_url))
 
 
 @dataclass(frozen=True)
