@@ -49,7 +49,9 @@ def free_port() -> int:
 class LlamaServer:
     """One `llama_cpp.server` process; `base_url` is its OpenAI-compatible `/v1` root."""
 
-    def __init__(self, log_dir: Path, *, n_ctx: int = 4096, threads: int = 2) -> None:
+    # One thread: the suite's other tests keep the cores busy, and llama.cpp's threads wait
+    # for each other by spinning, so a second thread on a busy machine mostly spins.
+    def __init__(self, log_dir: Path, *, n_ctx: int = 4096, threads: int = 1) -> None:
         self.port = free_port()
         self.base_url = f"http://127.0.0.1:{self.port}/v1"
         self.log = log_dir / "llama-server.log"

@@ -79,3 +79,32 @@ def _no_network(monkeypatch: pytest.MonkeyPatch) -> None:
 def registry() -> Registry:
     """The built-in capability families, as the `planloom` command has them."""
     return default_registry()
+
+
+# Files that take longest, measured: with `--dist loadfile` a file is one worker's, and a long
+# file started last is a tail the other worker waits out (the real-model tests had started
+# last, alone: minutes of a model server's CPU at the end). Started first, they run beside
+# the rest. A name not found here costs nothing.
+LONGEST_FIRST = (
+    "test_realmodel.py",
+    "test_durable_crash.py",
+    "test_journal_tamper.py",
+    "test_recording.py",
+    "test_dask.py",
+    "test_tracing_attacks.py",
+    "test_journal.py",
+    "test_durable_attacks.py",
+)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # xdist would otherwise order files by how many tests they have, not by this order.
+    if hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The longest files first (the order within a file kept; every worker sorts the same
+    way, as xdist needs)."""
+    rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))

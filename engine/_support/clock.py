@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 
-__all__ = ["now"]
+__all__ = ["loop_clock", "now"]
 
 
 def now() -> float:
@@ -21,3 +22,11 @@ def now() -> float:
         return asyncio.get_running_loop().time()
     except RuntimeError:
         return time.monotonic()
+
+
+def loop_clock() -> Callable[[], float]:
+    """The running loop's clock, as a function to call on a hot path: `time.monotonic`
+    itself on a stock loop (whose `time()` is exactly that), else the loop's `time`."""
+    loop = asyncio.get_running_loop()
+    stock = type(loop).time is asyncio.BaseEventLoop.time
+    return time.monotonic if stock else loop.time

@@ -12,12 +12,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from engine._graph import plan_edges
-from engine._support.clock import now
+from engine._support.clock import loop_clock, now
 from engine._support.gc import collector_paused, freeze_survivors, heap_frozen
 from engine._support.scope import enter_scope
 from engine.agent import AgentRunner
@@ -151,7 +151,8 @@ class Executor:
         # Each step's result once it ended (a step not in it is pending): a pending result
         # made up front for every step cost a 100,000-step plan 50 MB.
         self.results: dict[str, StepResult] = {}
-        self._started: dict[str, float] = {}  # monotonic start of each running step
+        self._started: dict[str, float] = {}  # start of each running step, on the run's clock
+        self._now: Callable[[], float] = now
         self.errors: list[str] = []
         # Compiled when a step starts and dropped when it ends: a plan of 100,000 steps
         # never holds 100,000 compiled steps at once.
@@ -206,7 +207,8 @@ class Executor:
                 self.sandbox.scopes[name] = await stack.enter_async_context(scope)
 
     async def _run(self) -> RunResult:
-        started = now()
+        self._now = loop_clock()  # the loop's clock, as cheap as time.monotonic on a stock loop
+        started = self._now()
         # Kept steps (a resumed run's, a replan's) end here with no events of their own:
         # the run's start names them, so a subscriber counting ended steps counts them too.
         kept: dict[str, Any] = {"kept": list(self.preloaded)} if self.preloaded else {}
@@ -327,7 +329,7 @@ class Executor:
         compiled = self._compiled[step_id] = CompiledStep(self._steps[step_id])
         step = compiled.step
         enter_scope(step_id)  # this step's task: what a cassette files its calls under
-        self._started[step_id] = now()
+        self._started[step_id] = self._now()
         self.events.emit("step.started", step_id)
         if self.sandbox.dry_run:
             skipped = dry_skip(step, self.attempts.unknown, self.registry)
@@ -376,7 +378,7 @@ class Executor:
             result.__dict__["warnings"] = warnings
         started = self._started.pop(step_id, None)
         if started is not None and self.sandbox.results.timed:  # (a kept step keeps its own)
-            result.__dict__["duration"] = round(now() - started, 6)
+            result.__dict__["duration"] = round(self._now() - started, 6)
         transcript = self.agents.transcripts.get(step_id)
         if transcript:
             result.transcript = self.secrets.redact_value(transcript)

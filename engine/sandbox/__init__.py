@@ -40,7 +40,7 @@ __all__ = ["Gate", "LiveResults", "Results", "Sandbox", "ToolCall"]
 Confirm = Literal["auto", "always", "never"]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)  # not frozen: a frozen one costs 4x to make, once per call
 class Admitted:
     """A call past admission: its action, validated params and context, and what the gate
     and the `Results` layer need to know of it."""
@@ -144,7 +144,9 @@ class Sandbox:
             if self.dry_run and admitted.side_effects:  # not made, so not counted as a call
                 raise DryRun(name, params, step_id=step_id)
             number = self._spend(step_id)
-            admitted = await self._pass_gate(admitted, confirm)
+            doubt = self._doubt(admitted)
+            if self._gated(admitted, confirm, doubt):  # (most calls are not: no await)
+                admitted = await self._pass_gate(admitted, doubt)
         except StepError as exc:  # refused before anything ran
             self._audit(name, step_id, attempt, "denied", exc, number)
             raise
@@ -216,26 +218,43 @@ class Sandbox:
             grant_rules(action, model, ctx)
         return Admitted(action, model, ctx, call, side_effects, served)
 
-    async def _pass_gate(self, admitted: Admitted, confirm: Confirm) -> Admitted:
-        """The confirmation gate, when the call needs one: side effects (`confirm: auto`),
-        `confirm: always`, or a call in doubt (a resumed run's call that may already have
-        happened), which only a person may approve. What the person edits is checked as a
-        call of its own and replaces the params.
+    def _doubt(self, admitted: Admitted) -> str | None:
+        """Why the call may already have happened (a resumed run's call in flight when the
+        run stopped), unless it may be made twice."""
+        return None if admitted.call.idempotent else self.results.in_doubt(admitted.call)
+
+    def _gated(self, admitted: Admitted, confirm: Confirm, doubt: str | None) -> bool:
+        """Whether the call goes to the gate: side effects (`confirm: auto`), `confirm:
+        always`, or a call in doubt, which only a person may approve.
 
         Raises:
-            ApprovalDenied: the gate refused it, or a call in doubt has nobody to ask.
-            CapabilityDenied: the edited params are refused.
+            ApprovalDenied: the call is in doubt and there is nobody to ask.
         """
-        action, call, side_effects = admitted.action, admitted.call, admitted.side_effects
-        gated = confirm == "always" or (confirm == "auto" and side_effects)
-        doubt = None if call.idempotent else self.results.in_doubt(call)
         if doubt is not None and self.gate is None:
             raise ApprovalDenied(f"{doubt}; nobody can be asked to run it again", in_doubt=True)
-        if self.gate is None or not (gated or doubt is not None):
+        if self.gate is None:
+            return False
+        return (
+            confirm == "always"
+            or (confirm == "auto" and admitted.side_effects)
+            or (doubt is not None)
+        )
+
+    async def _pass_gate(self, admitted: Admitted, doubt: str | None) -> Admitted:
+        """The confirmation gate, for a call `_gated` sends to it. What the person edits is
+        checked as a call of its own and replaces the params.
+
+        Raises:
+            ApprovalDenied: the gate refused it.
+            CapabilityDenied: the edited params are refused.
+        """
+        gate = self.gate
+        if gate is None:  # (`_gated` says no gate, no call to it)
             return admitted
+        action, call, side_effects = admitted.action, admitted.call, admitted.side_effects
         replayed = doubt is None and admitted.served
         reason = gate_reason(side_effects, action.gate_note)
-        approved = await self.gate(
+        approved = await gate(
             call.step_id,
             call.action,
             call.params,
