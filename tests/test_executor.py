@@ -17,8 +17,9 @@ import pytest
 
 from capabilities import Registry
 from engine.approval import ApproveAll, DenyAll, GateRequest
-from engine.executor import Executor
-from engine.results import TERMINAL, Decision, RunResult
+from engine.events import EventBus
+from engine.executor import Executor, RunSettings
+from engine.results import TERMINAL, Decision, RunResult, StepResult
 from engine.testing import (
     Call,
     Fail,
@@ -989,3 +990,46 @@ def test_an_approver_that_raises_fails_closed(registry: Registry, tools: Scripte
     assert result.steps["r"].status == "succeeded"
     assert [c.key for c in tools.calls] == ["r"]
     assert result.status == "failed"
+
+
+# -- one settings object ---------------------------------------------------------------------
+
+
+def test_an_executor_is_built_from_one_settings_object_and_changes_none_of_it(
+    registry: Registry, tools: ScriptedTools, tmp_path: Path
+) -> None:
+    data, source = parse_recipe_text(recipe([step("a", value=1), step("b")]), "<test>")
+    plan = validate_plan(data, source, registry, base_dir=tmp_path)
+    events = EventBus("r1", redact=lambda value: value)
+    kept = {"a": StepResult(status="succeeded", output=1)}
+    settings = RunSettings(
+        approver=ApproveAll(), events=events, run_id="r1", preloaded=kept, dry_run=True
+    )
+    before = dataclasses.replace(settings)
+    executor = Executor(plan, registry=registry, base_dir=tmp_path, settings=settings)
+    assert executor.settings is settings
+    assert (executor.run_id, executor.events) == ("r1", events)
+    assert executor.sandbox.dry_run is True
+    result = asyncio.run(executor.run())
+    assert result.steps["a"].output == 1  # kept, not run again
+    assert [call.key for call in tools.calls] == ["b"]
+    assert settings == before  # nothing in it was replaced
+    assert events.run_id == "r1"
+
+
+def test_settings_or_their_fields_by_name_not_both(
+    registry: Registry, tools: ScriptedTools, tmp_path: Path
+) -> None:
+    data, source = parse_recipe_text(recipe([step("a")]), "<test>")
+    plan = validate_plan(data, source, registry, base_dir=tmp_path)
+    with pytest.raises(TypeError, match="settings or approver, run_id, not both"):
+        Executor(
+            plan,
+            registry=registry,
+            base_dir=tmp_path,
+            settings=RunSettings(),
+            approver=ApproveAll(),
+            run_id="x",
+        )
+    by_name = Executor(plan, registry=registry, base_dir=tmp_path, run_id="x", inputs=None)
+    assert by_name.settings == RunSettings(run_id="x")  # None given is the default

@@ -12,17 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Unpack
 
 from engine._graph import plan_edges
 from engine._support.clock import loop_clock, now
 from engine._support.gc import collector_paused, freeze_survivors, heap_frozen
 from engine._support.scope import enter_scope
-from engine.agent import AgentRunner
-from engine.approval import Approver, FailClosed, Gatekeeper
-from engine.backend import Backend
+from engine.approval import FailClosed, Gatekeeper
 from engine.capability import Registry
 from engine.errors import (
     StepError,
@@ -34,9 +32,9 @@ from engine.executor._attempts import Attempts, Sleep, Tally
 from engine.executor._compiled import CompiledAction, CompiledStep
 from engine.executor._gates import RunGates, dry_skip
 from engine.executor._scheduler import Scheduler
+from engine.executor._settings import RunOptions, RunSettings
 from engine.executor._spending import Spending, plan_outputs
 from engine.inputs import resolve_inputs
-from engine.llm import LLMClient
 from engine.llm.events import ModelCallEvents
 from engine.model import Plan, Step
 from engine.redaction import Secrets
@@ -47,7 +45,7 @@ from engine.results import (
     StepResult,
     StepStatus,
 )
-from engine.sandbox import LiveResults, Results, Sandbox
+from engine.sandbox import LiveResults, Sandbox
 from engine.templating import (
     Namespace,
 )
@@ -55,7 +53,7 @@ from engine.validation import ensure_valid
 
 _SETTLE_EVERY = 5000  # steps ended between two freezes of what the run keeps
 
-__all__ = ["Executor", "Sleep", "run_plan"]
+__all__ = ["Executor", "RunOptions", "RunSettings", "Sleep", "run_plan"]
 
 
 class Executor:
@@ -65,24 +63,8 @@ class Executor:
         plan: a validated plan.
         registry: the capabilities the plan's tools come from.
         base_dir: the recipe's folder; relative grant paths resolve against it.
-        inputs: run inputs by name (strings are parsed by type when `inputs_from_text`).
-        approver: decides gated calls; by default every gate is denied (fail closed).
-        events: where transitions are published.
-        sleep: waits between retries (inject a fake to make retry tests instant).
-        secrets: values to redact wherever the run's data leaves it (events, errors,
-            results); by default every secret-looking variable of the environment.
-        agent_runner: carries out `agent` steps and natural-language fallbacks (the ReAct
-            loop); without one such steps fail saying a model is needed.
-        llm: the run's model client, for the `llm.*` capabilities and usage totals.
-        preloaded: results of steps that already ran (a replan keeps what succeeded):
-            these steps are not run again; their results stand.
-        dry_run: read-only actions run; calls with side effects are reported (with their
-            rendered params) instead of made, and steps needing their outputs are skipped.
-        tool_results: where tool results come from: the actions, run live (the default),
-            or a cassette that records or serves them (`Tape.results`; a cassette's
-            `TapeApprover` wraps the approver, and the model client takes `Tape.answers`).
-        backend: where admitted calls of the families it takes are made (a Dask cluster:
-            `engine.backend`); by default, all of them in this process.
+        settings: the run's settings and collaborators (`RunSettings`), or its fields given
+            by name (`approver=ApproveAll()`, ...): one or the other.
     """
 
     @collector_paused()  # it builds per-step state and frees nothing cyclic: no rescans
@@ -92,36 +74,37 @@ class Executor:
         *,
         registry: Registry,
         base_dir: Path,
-        inputs: Mapping[str, Any] | None = None,
-        inputs_from_text: bool = False,
-        approver: Approver | None = None,
-        events: EventBus | None = None,
-        sleep: Sleep = asyncio.sleep,
-        run_id: str | None = None,
-        secrets: Secrets | None = None,
-        agent_runner: AgentRunner | None = None,
-        llm: LLMClient | None = None,
-        preloaded: Mapping[str, StepResult] | None = None,
-        dry_run: bool = False,
-        tool_results: Results | None = None,
-        backend: Backend | None = None,
+        settings: RunSettings | None = None,
+        **options: Unpack[RunOptions],
     ) -> None:
+        if settings is not None and options:
+            raise TypeError(f"Executor takes settings or {', '.join(sorted(options))}, not both")
+        if settings is None:  # (None given for a field is its default)
+            given: dict[str, Any] = {k: v for k, v in options.items() if v is not None}
+            settings = RunSettings(**given)
+        self.settings = settings
         plan = ensure_valid(plan, registry, base_dir=base_dir)  # a plan built in Python too
         self.plan = plan
-        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.run_id = settings.run_id or uuid.uuid4().hex[:12]
         # Namespaces: `inputs.keys` / `steps.items` are the input and the step, as validated.
-        self.inputs = Namespace(resolve_inputs(plan, inputs or {}, from_text=inputs_from_text))
-        self.secrets = secrets if secrets is not None else Secrets.from_environ()
+        self.inputs = Namespace(
+            resolve_inputs(plan, settings.inputs, from_text=settings.inputs_from_text)
+        )
+        self.secrets = settings.secrets if settings.secrets is not None else Secrets.from_environ()
         self.secrets.add_inputs(self.inputs)  # `-i api_token=...`: as the journal sees it
-        self.events = events or EventBus(self.run_id)
-        if self.events.redact is None:
-            self.events.redact = self.secrets.redact_value
-        approver = approver or FailClosed()
+        events = settings.events
+        if events is None:
+            events = EventBus(self.run_id, redact=self.secrets.redact_value)
+        elif events.redact is None:  # a bus without a redactor: its sinks get the run's
+            events.redact = self.secrets.redact_value
+        self.events = events
         registry = registry.bind(plan.capabilities, base_dir)
         self.gatekeeper = Gatekeeper(
-            approver, redact=self.secrets.redact_value, on_quit=self.cancel
+            settings.approver or FailClosed(), redact=self.secrets.redact_value, on_quit=self.cancel
         )
         self.gates = RunGates(self.gatekeeper, self.events)
+        llm = settings.llm
+        self.preloaded = dict(settings.preloaded)
         self.sandbox = Sandbox(
             registry,
             plan.capabilities,
@@ -133,15 +116,14 @@ class Executor:
             per_family=plan.limits.per_family,
             ask=self.gates.ask,
             llm=llm,
-            results=tool_results or LiveResults(),
-            backend=backend,
+            dry_run=settings.dry_run,
+            results=settings.tool_results or LiveResults(),
+            backend=settings.backend,
+            # Kept steps' calls count in this run's usage, and against its max_tool_calls.
+            calls=sum(r.usage.tool_calls for r in self.preloaded.values()),
         )
         self.registry = registry
         self.llm = llm
-        self.preloaded = dict(preloaded or {})
-        self.sandbox.dry_run = dry_run
-        # Kept steps' calls count in this run's usage, and against its max_tool_calls.
-        self.sandbox.calls = sum(r.usage.tool_calls for r in self.preloaded.values())
         # Model calls and tokens per running step; usages made, by value (see StepUsage).
         self.spending = Spending()
         if llm is not None:
@@ -161,10 +143,15 @@ class Executor:
             plan_edges(plan, section)
         self._compiled: dict[str, CompiledStep] = {}
         self.agents = AgentSteps(
-            agent_runner, registry, self.sandbox, plan.capabilities, self._primary
+            settings.agent_runner, registry, self.sandbox, plan.capabilities, self._primary
         )
         self.attempts = Attempts(
-            self.events, self.sandbox, self.agents, self.secrets, sleep, plan.limits.max_parallel
+            self.events,
+            self.sandbox,
+            self.agents,
+            self.secrets,
+            settings.sleep,
+            plan.limits.max_parallel,
         )
         self._final_ids = frozenset(s.id for s in plan.finally_)
         self._view: Namespace = Namespace()
@@ -425,6 +412,14 @@ class Executor:
         )
 
 
-async def run_plan(plan: Plan, *, registry: Registry, base_dir: Path, **kwargs: Any) -> RunResult:
+async def run_plan(
+    plan: Plan,
+    *,
+    registry: Registry,
+    base_dir: Path,
+    settings: RunSettings | None = None,
+    **options: Unpack[RunOptions],
+) -> RunResult:
     """Run `plan` once and return the result (see `Executor` for the arguments)."""
-    return await Executor(plan, registry=registry, base_dir=base_dir, **kwargs).run()
+    executor = Executor(plan, registry=registry, base_dir=base_dir, settings=settings, **options)
+    return await executor.run()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import uuid
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from engine._support.threads import DaemonThreadPool
 from engine.capability import Registry
 from engine.errors import PlanValidationError, StepError
 from engine.events import EventBus
-from engine.executor import Executor
+from engine.executor import Executor, RunSettings
 from engine.llm import Budget, LLMClient, LLMConfig
 from engine.llm.events import ModelCallEvents
 from engine.model import Limits, Plan
@@ -264,39 +265,39 @@ class SessionRun:
         self, plan: Plan, client: LLMClient | None, preloaded: dict[str, StepResult]
     ) -> SessionResult:
         session = self.session
-        events = EventBus("pending")
+        journal = session.journal
+        # One registry for the run and its journal: no secret is written in clear.
+        secrets = journal.secrets if journal is not None else Secrets.from_environ()
+        run_id = self._run_id() if self._run_id() != "-" else uuid.uuid4().hex[:12]
+        events = EventBus(run_id, redact=secrets.redact_value)
         attached = self.frontend.attach(plan, events)
         approver = attached.approver
         if session.tape is not None:
             approver = TapeApprover(session.tape, approver)
         results: Results = session.tape.results if session.tape is not None else LiveResults()
-        journal = session.journal
         if journal is not None:
             approver = journal.approver(approver)
             results = journal.results(results)
             model = self.config.model if self.config is not None else None
             journal.plan(plan.to_data(), inputs=self.inputs, model=model)
-        executor = Executor(
-            plan,
-            registry=session.registry,
-            base_dir=self.base_dir,
+        agent = session.agent(client) if client is not None and session.agent is not None else None
+        settings = RunSettings(
             inputs=self.inputs,
             inputs_from_text=True,
             approver=approver,
             events=events,
-            agent_runner=session.agent(client)
-            if client is not None and session.agent is not None
-            else None,
+            agent_runner=agent,
             llm=client,
             preloaded=preloaded,
             dry_run=session.options.dry_run,
             tool_results=results,
-            # One registry for the run and its journal: no secret is written in clear.
-            secrets=journal.secrets if journal is not None else None,
-            run_id=self._run_id() if self._run_id() != "-" else None,
+            secrets=secrets,
+            run_id=run_id,
             backend=session.backend,
         )
-        events.run_id = executor.run_id
+        executor = Executor(
+            plan, registry=session.registry, base_dir=self.base_dir, settings=settings
+        )
         if journal is not None:
             journal.watch(executor)
         with attached.showing:

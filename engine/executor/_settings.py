@@ -1,0 +1,79 @@
+"""What one run of a plan is given, besides the plan, its registry and its folder."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypedDict
+
+from engine.agent import AgentRunner
+from engine.approval import Approver
+from engine.backend import Backend
+from engine.events import EventBus
+from engine.executor._attempts import Sleep
+from engine.llm import LLMClient
+from engine.redaction import Secrets
+from engine.results import StepResult
+from engine.sandbox import Results
+
+__all__ = ["RunOptions", "RunSettings"]
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """One run's settings and the collaborators it is given, each already built.
+
+    Attributes:
+        inputs: run inputs by name (strings are parsed by type when `inputs_from_text`).
+        approver: decides gated calls; by default every gate is denied (fail closed).
+        events: where transitions are published; by default a bus of the run's own.
+        sleep: waits between retries (inject a fake to make retry tests instant).
+        run_id: the run's id; by default a new one.
+        secrets: values to redact wherever the run's data leaves it (events, errors,
+            results); by default every secret-looking variable of the environment.
+        agent_runner: carries out `agent` steps and natural-language fallbacks (the ReAct
+            loop); without one such steps fail saying a model is needed.
+        llm: the run's model client, for the `llm.*` capabilities and usage totals.
+        preloaded: results of steps that already ran (a replan keeps what succeeded):
+            these steps are not run again; their results stand.
+        dry_run: read-only actions run; calls with side effects are reported (with their
+            rendered params) instead of made, and steps needing their outputs are skipped.
+        tool_results: where tool results come from: the actions, run live (the default),
+            or a cassette that records or serves them (`Tape.results`; a cassette's
+            `TapeApprover` wraps the approver, and the model client takes `Tape.answers`).
+        backend: where admitted calls of the families it takes are made (a Dask cluster:
+            `engine.backend`); by default, all of them in this process.
+    """
+
+    inputs: Mapping[str, Any] = field(default_factory=dict)
+    inputs_from_text: bool = False
+    approver: Approver | None = None
+    events: EventBus | None = None
+    sleep: Sleep = asyncio.sleep
+    run_id: str | None = None
+    secrets: Secrets | None = None
+    agent_runner: AgentRunner | None = None
+    llm: LLMClient | None = None
+    preloaded: Mapping[str, StepResult] = field(default_factory=dict)
+    dry_run: bool = False
+    tool_results: Results | None = None
+    backend: Backend | None = None
+
+
+class RunOptions(TypedDict, total=False):
+    """`RunSettings`' fields, given by name to `Executor(...)` or `run_plan(...)`."""
+
+    inputs: Mapping[str, Any] | None
+    inputs_from_text: bool
+    approver: Approver | None
+    events: EventBus | None
+    sleep: Sleep
+    run_id: str | None
+    secrets: Secrets | None
+    agent_runner: AgentRunner | None
+    llm: LLMClient | None
+    preloaded: Mapping[str, StepResult] | None
+    dry_run: bool
+    tool_results: Results | None
+    backend: Backend | None
