@@ -9,6 +9,9 @@ user would start them; `planloom` runs as the console script in a subprocess. Th
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -21,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import env, gone, marker_seconds, pids_with, planloom
+from _procs import env, gone, marker_seconds, pids_with, planloom, until
 
 from engine.app._dask_worker import make_call
 from engine.backend import Outcome, RemoteCall, run_remote
@@ -35,40 +38,57 @@ def _env(**extra: str) -> dict[str, str]:
     return env(PYTHONPATH=str(PLUGINS), PYTHONDONTWRITEBYTECODE="1", **extra)
 
 
+@contextlib.contextmanager
+def _scheduler(folder: Path) -> Iterator[tuple[str, Path]]:
+    """A `dask scheduler` on 127.0.0.1 with no workers: its address and scheduler file."""
+    address_file = folder / "scheduler.json"
+    scheduler = subprocess.Popen(
+        [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
+         "--scheduler-file", str(address_file)],
+        env=_env(), cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    try:
+        until(
+            lambda: address_file.exists() and address_file.read_text().strip(),
+            60,
+            "the Dask scheduler to start",
+        )
+        yield json.loads(address_file.read_text())["address"], address_file
+    finally:
+        _stop(scheduler)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    try:
+        process.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait()
+
+
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A scheduler and two single-threaded worker processes; the scheduler's address."""
     folder = tmp_path_factory.mktemp("dask")
-    address_file = folder / "scheduler.json"
-    quiet = {"stdout": subprocess.DEVNULL, "stderr": subprocess.DEVNULL}
-    scheduler = subprocess.Popen(
-        [DASK, "scheduler", "--host", "127.0.0.1", "--port", "0", "--no-dashboard",
-         "--scheduler-file", str(address_file)],
-        env=_env(), cwd=folder, **quiet,
-    )  # fmt: skip
-    workers = None
-    try:
-        end = time.monotonic() + 60
-        while not address_file.exists() or not address_file.read_text().strip():
-            assert time.monotonic() < end, "the Dask scheduler did not start"
-            time.sleep(0.1)
-        address = json.loads(address_file.read_text())["address"]
+    with _scheduler(folder) as (address, address_file):
         workers = subprocess.Popen(
             [DASK, "worker", "--scheduler-file", str(address_file), "--nworkers", "2",
              "--nthreads", "1", "--no-dashboard", "--host", "127.0.0.1"],
-            env=_env(), cwd=folder, **quiet,
+            env=_env(), cwd=folder, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        _wait_for_workers(address, 2)
+        try:
+            _wait_for_workers(address, 2)
+            yield address
+        finally:
+            _stop(workers)
+
+
+@pytest.fixture(scope="module")
+def lone_scheduler(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A scheduler no worker ever joins; its address."""
+    with _scheduler(tmp_path_factory.mktemp("lone")) as (address, _):
         yield address
-    finally:
-        for process in (workers, scheduler):
-            if process is not None:
-                process.terminate()
-                try:
-                    process.wait(timeout=20)
-                except subprocess.TimeoutExpired:
-                    process.kill()
-                    process.wait()
 
 
 def _wait_for_workers(address: str, count: int, within: float = 60) -> None:
@@ -432,6 +452,71 @@ def test_an_unreachable_scheduler_is_exit_2_before_any_step_runs(tmp_path: Path)
     assert json.loads(proc.stdout)["status"] == "invalid"
     assert not (tmp_path / "w.txt").exists()
     assert not (tmp_path / "s.db").exists()  # no run begun
+
+
+@pytest.mark.slow
+def test_a_scheduler_with_no_workers_is_exit_2_within_the_wait_naming_it(
+    tmp_path: Path, lone_scheduler: str
+) -> None:
+    (tmp_path / "w.yaml").write_text(
+        "version: 1\nname: w\ncapabilities: {fs: {root: ., write: ['*']}}\n"
+        "steps:\n  - {id: w, tool: fs.write, params: {path: w.txt, content: x}}\n",
+        encoding="utf-8",
+    )
+    began = time.monotonic()
+    proc = planloom(
+        "run", "w.yaml", "--yes", "--json", "--store", "s.db",
+        "--executor", lone_scheduler.replace("tcp://", "dask://"),
+        cwd=tmp_path, environ=_env(PLANLOOM_DASK_WORKER_WAIT="2"),
+    )  # fmt: skip
+    seconds = time.monotonic() - began
+    assert proc.returncode == 2, proc.stderr
+    assert f"waiting up to 2 s for a worker to join the Dask scheduler at {lone_scheduler}" in (
+        proc.stderr
+    )
+    assert f"the Dask scheduler at {lone_scheduler} has no workers" in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert json.loads(proc.stdout)["status"] == "invalid"
+    assert not (tmp_path / "w.txt").exists()
+    assert not (tmp_path / "s.db").exists()  # no run begun
+    assert seconds < 20, f"{seconds:.1f} s for a 2 s wait"
+
+
+@pytest.mark.parametrize("value", ["soon", "0", "-5", "inf"])
+def test_a_wrong_worker_wait_is_exit_2_naming_the_variable(tmp_path: Path, value: str) -> None:
+    (tmp_path / "w.yaml").write_text(
+        "version: 1\nname: w\ncapabilities: {fs: {root: .}}\n"
+        "steps:\n  - {id: l, tool: fs.list, params: {path: .}}\n",
+        encoding="utf-8",
+    )
+    proc = planloom(
+        "run", "w.yaml", "--executor", "dask://127.0.0.1:9",
+        cwd=tmp_path, environ=_env(PLANLOOM_DASK_WORKER_WAIT=value),
+    )  # fmt: skip
+    assert proc.returncode == 2, proc.stderr
+    assert f"PLANLOOM_DASK_WORKER_WAIT {value!r}: give the seconds" in proc.stderr
+    assert "cannot be reached" not in proc.stderr  # said before any connection is tried
+
+
+@pytest.mark.slow
+def test_a_call_no_worker_takes_ends_at_its_timeout(tmp_path: Path, lone_scheduler: str) -> None:
+    """Workers can leave after the run began: the call still ends, at its timeout."""
+    from engine.app.dask_backend import DaskBackend
+    from engine.errors import StepTimeout
+
+    backend = DaskBackend(lone_scheduler)
+    call = dataclasses.replace(
+        _forged("fs.list", {"path": "."}, {"root": "."}, tmp_path), timeout=1.0
+    )
+
+    async def attempt() -> float:
+        began = time.monotonic()
+        async with backend.scope():
+            with pytest.raises(StepTimeout, match="timed out after 1 s: no Dask worker ended it"):
+                await backend.run(call)
+        return time.monotonic() - began
+
+    assert asyncio.run(attempt()) < 30
 
 
 @pytest.mark.slow

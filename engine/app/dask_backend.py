@@ -18,17 +18,19 @@ import asyncio
 import contextlib
 import os
 import re
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from engine.backend import Outcome, RemoteCall
 from engine.capability import Family
-from engine.errors import ConfigurationError, OutcomeUnknown, StepFailed
+from engine.errors import ConfigurationError, OutcomeUnknown, StepFailed, StepTimeout
 
-__all__ = ["DaskBackend", "ExecutorSpec", "parse_executor"]
+__all__ = ["DaskBackend", "ExecutorSpec", "parse_executor", "worker_wait"]
 
 _CONNECT_TIMEOUT = 10.0  # seconds to reach a scheduler before it counts as unreachable
+WORKER_WAIT = 120.0  # seconds a scheduler may take to have a worker (PLANLOOM_DASK_WORKER_WAIT)
+_GRACE = 5.0  # seconds past a call's timeout before the client gives up on its future
 _SPEC = re.compile(r"^(?:local|dask-local(?::(\d+))?|dask(\+tls)?://([^/\s]+))$")
 HINT = (
     "use local, dask-local, dask-local:N (N worker processes), dask://HOST:PORT or "
@@ -68,6 +70,28 @@ def parse_executor(text: str, where: str = "--executor") -> ExecutorSpec:
     return ExecutorSpec("dask", address=f"{'tls' if tls else 'tcp'}://{address}")
 
 
+def worker_wait(environ: Mapping[str, str]) -> float:
+    """Seconds to wait for a scheduler's first worker: `PLANLOOM_DASK_WORKER_WAIT`, else
+    `WORKER_WAIT`.
+
+    Raises:
+        ConfigurationError: the variable is not a number of seconds above 0.
+    """
+    text = environ.get("PLANLOOM_DASK_WORKER_WAIT", "").strip()
+    if not text:
+        return WORKER_WAIT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = 0.0
+    if not 0 < seconds < float("inf"):
+        raise ConfigurationError(
+            f"PLANLOOM_DASK_WORKER_WAIT {text!r}: give the seconds to wait for a Dask worker, "
+            "a number above 0"
+        )
+    return seconds
+
+
 @dataclass
 class DaskBackend:
     """Makes calls of portable families on a Dask cluster.
@@ -89,12 +113,20 @@ class DaskBackend:
     _client: Any = field(default=None, init=False, repr=False)
 
     @classmethod
-    def start(cls, spec: ExecutorSpec, plugins: Sequence[str] = ()) -> DaskBackend:
-        """Start a local cluster, or check that the scheduler at `spec.address` answers.
+    def start(
+        cls,
+        spec: ExecutorSpec,
+        plugins: Sequence[str] = (),
+        *,
+        wait: float = WORKER_WAIT,
+        say: Callable[[str], None] | None = None,
+    ) -> DaskBackend:
+        """Start a local cluster, or check that the scheduler at `spec.address` answers and
+        has a worker, waiting up to `wait` seconds for one (saying so with `say`).
 
         Raises:
-            ConfigurationError: distributed is not installed, the cluster cannot start,
-                or the scheduler cannot be reached (before any step runs).
+            ConfigurationError: distributed is not installed, the cluster cannot start, or
+                the scheduler cannot be reached or has no worker (before any step runs).
         """
         try:
             import distributed
@@ -125,7 +157,10 @@ class DaskBackend:
                 f"--executor: the Dask scheduler at {spec.address} cannot be reached "
                 f"({type(exc).__name__}: {exc}); start it (dask scheduler) or fix the address"
             ) from None
-        probe.close()
+        try:
+            _await_a_worker(probe, spec.address, wait, say)
+        finally:
+            probe.close()
         return cls(spec.address, tuple(plugins))
 
     def close(self) -> None:
@@ -168,8 +203,20 @@ class DaskBackend:
         if client is None:
             raise StepFailed(f"{call.action}: the Dask backend is not open for this run")
         future = client.submit(make_call, call, self.plugins, key=call.key, pure=False)
+        # The worker holds the call to its timeout; this bounds the wait for a worker too
+        # (a scheduler whose workers all left would otherwise hold the step for ever).
+        deadline = asyncio.timeout(call.timeout + _GRACE)
         try:
-            outcome: Outcome = await future
+            async with deadline:
+                outcome: Outcome = await future
+        except TimeoutError:
+            await asyncio.shield(client.cancel(future, force=True))
+            if not deadline.expired():
+                raise
+            raise StepTimeout(
+                f"{call.action} timed out after {call.timeout:g} s: no Dask worker ended it "
+                f"(does the scheduler at {self.address} have workers?)"
+            ) from None
         except asyncio.CancelledError:
             # Cancel it where it runs: the worker's watcher cancels the call.
             await asyncio.shield(client.cancel(future, force=True))
@@ -189,3 +236,25 @@ class DaskBackend:
 
                     await Event(started_marker(call.key), client=client).clear()
         return outcome.unwrap(call.step_id)
+
+
+def _await_a_worker(
+    probe: Any, address: str, wait: float, say: Callable[[str], None] | None
+) -> None:
+    """Return once the scheduler has a worker, waiting up to `wait` seconds.
+
+    Raises:
+        ConfigurationError: no worker joined in time.
+    """
+    if probe.scheduler_info().get("workers"):
+        return
+    if say is not None:
+        say(f"waiting up to {wait:g} s for a worker to join the Dask scheduler at {address}")
+    try:
+        probe.wait_for_workers(1, timeout=wait)
+    except (TimeoutError, OSError):
+        raise ConfigurationError(
+            f"--executor: the Dask scheduler at {address} has no workers (none joined within "
+            f"{wait:g} s); start one (dask worker {address}) or point --executor at a cluster "
+            "that has them"
+        ) from None

@@ -284,9 +284,16 @@ def open_backend(settings: RunSettings) -> DaskBackend | None:
         )
     if text.strip() == "local":
         return None
-    from engine.app.dask_backend import DaskBackend, parse_executor
+    from engine.app.dask_backend import DaskBackend, parse_executor, worker_wait
 
-    return DaskBackend.start(parse_executor(text, where), settings.plugin)
+    spec = parse_executor(text, where)
+    return DaskBackend.start(
+        spec, settings.plugin, wait=worker_wait(os.environ), say=_say_on_stderr
+    )
+
+
+def _say_on_stderr(text: str) -> None:
+    print(f"planloom: {text}", file=sys.stderr, flush=True)
 
 
 def store_path(settings_store: str | None, base_dir: Path) -> Path:
