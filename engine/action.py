@@ -90,6 +90,9 @@ class Action(Generic[P]):
             actions are, whatever this says).
         gate_note: a line the confirmation gate shows besides "has side effects" (an MCP
             tool its server marks destructive).
+        confirm_always: every call goes to the confirmation gate, whatever a step's
+            `confirm` says and whoever chose the call (a step or an agent): a grant's
+            `confirm: always` for an MCP tool.
         details: facts for catalogues (`planloom tools`), e.g. an MCP tool's server.
         admit: the grant's own rules for one call (the program is in `allow`, the path in
             the root), raising `CapabilityDenied`: the sandbox checks them before the
@@ -114,6 +117,7 @@ class Action(Generic[P]):
     recorded: bool = True
     idempotent: bool = False
     gate_note: str | None = None
+    confirm_always: bool = False
     details: Mapping[str, Any] = field(default_factory=dict)
     admit: Callable[[P, CallContext], None] | None = None
     param_docs: Mapping[str, str] = field(default_factory=dict)

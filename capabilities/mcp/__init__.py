@@ -155,17 +155,21 @@ def _bind(grant: BaseModel, base_dir: Path, listing: Listing) -> Bound:
             for tool in tools
             if isinstance(tool, dict) and _TOOL_NAME.match(name := str(tool.get("name")))
         ]
-        for index, pattern in enumerate(spec.tools):
+        patterns: list[tuple[tuple[str | int, ...], str]] = [
+            (("tools", index), pattern) for index, pattern in enumerate(spec.tools)
+        ]
+        patterns += [(("tool_rules", pattern), pattern) for pattern in spec.tool_rules]
+        for where, pattern in patterns:
             if not any(fnmatch.fnmatchcase(name, pattern) for name in names):
                 problems.append(
                     (
-                        ("servers", server, "tools", index),
+                        ("servers", server, *where),
                         f"'{pattern}' matches none of the tools of MCP server '{server}'",
                         f"it has: {', '.join(sorted(names)) or '(no tools)'}",
                     )
                 )
         for tool in tools:
-            _add_tool(server, spec.tools, tool, actions, withheld)
+            _add_tool(server, spec, tool, actions, withheld)
     if problems:
         raise DiscoveryFailed(FAMILY, problems, code="bad-grant")
     return Bound(_distinct_for_models(actions, withheld), withheld)
@@ -190,7 +194,7 @@ def _distinct_for_models(actions: list[Action[Any]], withheld: dict[str, str]) -
 
 def _add_tool(
     server: str,
-    globs: list[str],
+    spec: StdioServer | HttpServer,
     tool: dict[str, Any],
     actions: list[Action[Any]],
     withheld: dict[str, str],
@@ -199,6 +203,7 @@ def _add_tool(
     name = f"{FAMILY}.{server}.{tool_name}"
     if not _TOOL_NAME.match(tool_name):
         return  # a name no recipe could write, nor a model be offered
+    globs = spec.tools
     if not any(fnmatch.fnmatchcase(tool_name, pattern) for pattern in globs):
         withheld[name] = (
             f"'{name}' is a tool of MCP server '{server}' that its grant does not allow "
@@ -216,10 +221,16 @@ def _add_tool(
     except ValueError as exc:
         withheld[name] = f"'{name}' cannot be used: {exc}"
         return
-    read_only = tool.get("read_only") is True
+    rules = [r for pattern, r in spec.tool_rules.items() if fnmatch.fnmatchcase(tool_name, pattern)]
+    # The grant overrules the server: never towards fewer gates (see `ToolRules`).
+    read_only = tool.get("read_only") is True and not any(r.read_only is False for r in rules)
+    confirm_always = any(r.confirm == "always" for r in rules)
     output = tool.get("output_schema")
     destructive = tool.get("destructive") is True
     idempotent = tool.get("idempotent") is True
+    notes = ["the server marks this tool destructive"] if destructive else []
+    if confirm_always:
+        notes.append("its grant asks to confirm every call")
     actions.append(
         Action(
             name,
@@ -229,13 +240,15 @@ def _add_tool(
             result_model=result_model(output if isinstance(output, dict) else None),
             side_effects=not read_only,
             idempotent=idempotent,
-            gate_note="the server marks this tool destructive" if destructive else None,
+            gate_note="; ".join(notes) or None,
+            confirm_always=confirm_always,
             details={
                 "server": server,
                 "tool": tool_name,
                 "read_only": read_only,
                 "destructive": destructive,
                 "idempotent": idempotent,
+                "confirm_always": confirm_always,
             },
         )
     )

@@ -42,6 +42,33 @@ MAX_NESTING = 64
 100 levels every YAML file planloom reads is held to."""
 
 
+class ToolRules(BaseModel):
+    """What a grant says of some of a server's tools, over what the server says of them."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    read_only: bool | None = Field(
+        None,
+        description="false: the tools have side effects (gated under `confirm: auto`), "
+        "whatever the server's readOnlyHint says.",
+    )
+    confirm: Literal["always"] | None = Field(
+        None,
+        description="always: every call is confirmed, chosen by a step or by an agent, "
+        "whatever a step's `confirm` says.",
+    )
+
+    @field_validator("read_only")
+    @classmethod
+    def _only_more_gates(cls, value: bool | None) -> bool | None:
+        if value is True:
+            raise ValueError(
+                "a grant can say a tool has side effects (read_only: false), not that it has "
+                "none: only the server's own readOnlyHint makes a tool read-only"
+            )
+        return value
+
+
 class _Server(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -49,6 +76,11 @@ class _Server(BaseModel):
         min_length=1,
         description="Tool-name globs (`search`, `list_*`, `*`); the only tools that may be "
         "called. Required: a server's tools are not granted by default.",
+    )
+    tool_rules: dict[str, ToolRules] = Field(
+        default_factory=dict,
+        description="Tool-name glob → what the grant says of those tools over the server's "
+        "annotations: `{read_only: false}` (they have side effects), `{confirm: always}`.",
     )
     startup_timeout: float = Field(
         20.0, gt=0, le=600, description="Seconds to start (or reach) the server and list tools."

@@ -236,6 +236,7 @@ class Sandbox:
             return False
         return (
             confirm == "always"
+            or admitted.action.confirm_always  # the grant's: a step's `never` does not waive it
             or (confirm == "auto" and admitted.side_effects)
             or (doubt is not None)
         )
