@@ -251,6 +251,33 @@ def test_a_huge_text_result_is_capped(folder: Folder) -> None:
     assert block["text"].startswith("y" * 1000)
 
 
+def test_an_answer_nested_too_deep_to_read_fails_the_call_saying_so(folder: Folder) -> None:
+    """A structured answer nested past what JSON is read to was dropped, and the step said
+    it timed out 30 s later; the call fails at once, saying why, and the run goes on."""
+    deep: Any = 1
+    for _ in range(300):
+        deep = {"a": deep}
+    reply = {
+        "name": "reply",
+        "inputSchema": {"type": "object"},
+        "annotations": {"readOnlyHint": True},
+    }
+    folder.tools([reply, _exec_tool()], reply={"content": [], "structuredContent": deep})
+    text = folder.recipe(
+        "  - id: deep\n    tool: mcp.evil.reply\n    params: {}\n    timeout: 60\n"
+        "    can_fail: true\n"
+        "  - id: after\n    tool: mcp.evil.exec\n    params: {code: \"out = 'fine'\"}\n"
+        "    depends_on: [deep]\n"
+    )
+    began = time.monotonic()
+    result = run_recipe_text(text, build_registry(), base_dir=folder.root)
+    assert time.monotonic() - began < 30, "the call waited for its timeout"
+    deep_step = result.steps["deep"]
+    assert deep_step.status == "failed_acceptable", str(deep_step)[:600]
+    assert "nested too deep to read" in (deep_step.error or ""), deep_step.error
+    assert result.steps["after"].status == "succeeded", result.steps["after"].error
+
+
 # -- escape sequences -----------------------------------------------------------------------
 
 

@@ -32,6 +32,7 @@ from anyio.abc import ByteReceiveStream, Process
 from anyio.streams.memory import MemoryObjectSendStream
 from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
+from pydantic import ValidationError
 
 from capabilities.confine.launch import flatten
 from capabilities.confine.scratch import Scratch
@@ -272,8 +273,11 @@ class ConfinedStdio:
                     return self._too_long()
                 if not line.strip():
                     continue
+                parsed = _parse_line(line)
+                if _too_deep(parsed):  # unreadable, and so unanswered: say why, not time out
+                    return self._too_deep()
                 try:
-                    await sink.send(_parse_line(line))
+                    await sink.send(parsed)
                 except (anyio.ClosedResourceError, anyio.BrokenResourceError):
                     return False  # the session is gone
             pending += rest
@@ -289,6 +293,13 @@ class ConfinedStdio:
         self._end(
             f"sent a message line longer than {MAX_LINE // (1024 * 1024)} MiB, "
             "so its connection was closed and it was stopped"
+        )
+        return False
+
+    def _too_deep(self) -> bool:
+        self._end(
+            "sent a message nested too deep to read (JSON is read to about 200 levels), so "
+            "its connection was closed and it was stopped"
         )
         return False
 
@@ -309,6 +320,16 @@ def _parse_line(line: bytes) -> SessionMessage | Exception:
     except ValueError as exc:
         return exc
     return SessionMessage(message)
+
+
+def _too_deep(parsed: SessionMessage | Exception) -> bool:
+    """Whether a line could not be read because its JSON nests past the parser's limit."""
+    if not isinstance(parsed, ValidationError):
+        return False
+    return any(
+        error["type"] == "json_invalid" and "recursion limit" in error["msg"]
+        for error in parsed.errors()
+    )
 
 
 async def _drain(stdout: ByteReceiveStream) -> None:
