@@ -94,3 +94,48 @@ def test_a_run_with_an_invalid_step_stops_the_listed_server(tmp_path: Path) -> N
     assert "txt" in proc.stderr
     assert starts(folder) == 1
     assert gone(lambda: pids_with(marker), within=5), "a listed server outlived the command"
+
+
+CRASH = """\
+version: 1
+name: crash-in-flight
+on_failure: continue
+capabilities:
+  mcp:
+    servers:
+      counting:
+        command: [python3, servers/counting_server.py, MARKER]
+        cwd: .
+        tools: [nap, crash]
+steps:
+  - id: rest
+    tool: mcp.counting.nap
+    params: {seconds: 2}
+  - id: boom
+    tool: mcp.counting.crash
+    params: {after: 0.5}
+"""
+
+
+@pytest.mark.slow
+def test_a_crash_fails_its_own_call_and_a_read_only_call_in_flight_is_made_again(
+    tmp_path: Path,
+) -> None:
+    """`boom` takes the server down while `rest` waits on it: `rest`, read-only, is made
+    again on the server started again; `boom`, with side effects, is not."""
+    folder, marker = project(tmp_path)
+    (folder / "r.yaml").write_text(CRASH.replace("MARKER", marker))
+
+    proc = planloom("run", "r.yaml", "--yes", "--json", cwd=folder)
+
+    assert "Traceback" not in proc.stderr
+    result = json.loads(proc.stdout)
+    assert proc.returncode == 1, proc.stderr
+    rest, boom = result["steps"]["rest"], result["steps"]["boom"]
+    assert rest["status"] == "succeeded", rest
+    assert rest["output"]["content"][0]["text"] == "rested"
+    assert boom["status"] == "failed", boom
+    assert "the server broke off the call" in boom["error"]
+    assert "made again" not in boom["error"]  # a side effect is not made twice
+    assert starts(folder) == 2  # listed and called by one, the second for `rest` made again
+    assert gone(lambda: pids_with(marker), within=5), "the server outlived the run"

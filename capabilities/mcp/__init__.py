@@ -236,7 +236,7 @@ def _add_tool(
             name,
             _description(tool),
             model,
-            functools.partial(_call, server, tool_name),
+            functools.partial(_call, server, tool_name, read_only or idempotent),
             result_model=result_model(output if isinstance(output, dict) else None),
             side_effects=not read_only,
             idempotent=idempotent,
@@ -260,8 +260,12 @@ def _description(tool: dict[str, Any]) -> str:
     return line if len(line) <= _MAX_DESCRIPTION else line[: _MAX_DESCRIPTION - 1] + "…"
 
 
-async def _call(server: str, tool: str, params: SchemaParams, ctx: CallContext) -> McpResult:
-    """Call one tool; a result with `isError` fails the step.
+async def _call(
+    server: str, tool: str, again: bool, params: SchemaParams, ctx: CallContext
+) -> McpResult:
+    """Call one tool; a result with `isError` fails the step. `again`: the call may be made
+    twice (read-only or idempotent), so a server breaking off during it is no failure of its
+    own: it is made once more on the server started again.
 
     Raises:
         StepFailed: the tool reported an error, or the server could not start or broke off.
@@ -275,7 +279,7 @@ async def _call(server: str, tool: str, params: SchemaParams, ctx: CallContext) 
             "which connects to the servers",
             step_id=ctx.step_id,
         )
-    answer = await servers.call(server, tool, params.arguments())
+    answer = await servers.call(server, tool, params.arguments(), again=again)
     content = [
         _block(block.model_dump(mode="json", by_alias=True, exclude_none=True))
         for block in answer.content

@@ -336,6 +336,11 @@ class _Session:
             self.task.cancel()
 
 
+class _BrokeOff(Exception):
+    """The server died or broke off during a call: the call may be made again if it can be
+    made twice."""
+
+
 class Servers:
     """The `mcp` family's state for one run: a session per server, opened on first use,
     or taken over from its listing (parked, under a hold) when the run starts."""
@@ -363,15 +368,25 @@ class Servers:
         await asyncio.gather(*(s.stop() for s in sessions))
 
     async def call(
-        self, server: str, tool: str, arguments: dict[str, Any]
+        self, server: str, tool: str, arguments: dict[str, Any], *, again: bool = False
     ) -> mcp_types.CallToolResult:
-        """Call `tool` on `server`, connecting first if need be.
+        """Call `tool` on `server`, connecting first if need be. `again`: the call may be made
+        twice (read-only or idempotent), so if the server dies or breaks off during it (a
+        crash another call caused, say), it is made once more on the server started again.
 
         Raises:
             StepFailed: the server could not start, or died or broke off during the call
                 (its next call starts it again).
         """
-        return await on_home(self._call(server, tool, arguments))
+        try:
+            return await on_home(self._call(server, tool, arguments))
+        except _BrokeOff as first:
+            if not again:
+                raise StepFailed(str(first)) from None
+        try:
+            return await on_home(self._call(server, tool, arguments))
+        except _BrokeOff as second:
+            raise StepFailed(f"{second} (the second time: it was made again once)") from None
 
     async def _call(
         self, server: str, tool: str, arguments: dict[str, Any]
@@ -400,7 +415,7 @@ class Servers:
             self._forget(server, current)
             why = await connection.failure() or _describe(exc)
             await current.stop()
-            raise StepFailed(
+            raise _BrokeOff(
                 f"{FAMILY}.{server}.{tool}: the server broke off the call: {why}"
             ) from None
 
