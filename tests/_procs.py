@@ -22,13 +22,27 @@ PLANLOOM = str(Path(sys.executable).parent / "planloom")
 TIMEOUT = 60  # seconds; generous for a loaded machine, a hang still fails the test
 
 
+def stat_fields(pid: int) -> list[str]:
+    """The fields of /proc/PID/stat after the command name (the state is the first).
+
+    Raises:
+        OSError: there is no such process (any more).
+    """
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def alive(pid: int) -> bool:
     """Whether `pid` is a live process (a zombie counts as dead)."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat_fields(pid)[0] not in ("Z", "X")
     except (FileNotFoundError, ProcessLookupError):
         return False
-    return stat.rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time process `pid` has used (user and system), in seconds."""
+    fields = stat_fields(pid)
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def pids_with(marker: str, *, whole_argument: bool = False) -> list[int]:

@@ -13,7 +13,6 @@ the timeout is the test failing.
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
 import textwrap
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import PLANLOOM, env, planloom
+from _procs import PLANLOOM, cpu_seconds, env, planloom
 
 HANG = 20  # seconds: a run still going by then is the hang this file is about
 EVIL = "^(a|a)+$"
@@ -190,12 +189,6 @@ def test_invalid_literal_regex_in_a_template_is_a_located_validation_error(
 # -- Ctrl-C -----------------------------------------------------------------------------
 
 
-def _cpu_seconds(pid: int) -> float:
-    """The CPU time process `pid` has used (user and system), in seconds."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _interrupt_when(
     tmp_path: Path,
     args: list[str],
@@ -221,8 +214,8 @@ def _interrupt_when(
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < end, "the step never started"
             time.sleep(0.05)
-        began = _cpu_seconds(proc.pid)
-        while _cpu_seconds(proc.pid) - began < busy:
+        began = cpu_seconds(proc.pid)
+        while cpu_seconds(proc.pid) - began < busy:
             assert proc.poll() is None, proc.communicate()
             assert time.monotonic() < end, f"it never used {busy} s of CPU after it was ready"
             time.sleep(0.05)

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from _durable_attacks import WATCH, lab
-from _procs import TIMEOUT, env, until
+from _procs import TIMEOUT, env, stat_fields, until
 
 from engine.app.sqlite_store import process_start
 from engine.testing import ChatRequest, FakeOpenAIServer
@@ -39,10 +39,9 @@ def _listed(rows: str) -> list[dict[str, Any]]:
 def _state(pid: int) -> str:
     """The state letter of process `pid` (`Z` for a zombie), or `gone`."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        return stat_fields(pid)[0]
     except OSError:
         return "gone"
-    return stat.rsplit(")", 1)[1].split()[0]
 
 
 @pytest.mark.slow

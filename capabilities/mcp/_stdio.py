@@ -274,7 +274,7 @@ class ConfinedStdio:
                 if not line.strip():
                     continue
                 parsed = _parse_line(line)
-                if _too_deep(parsed):  # unreadable, and so unanswered: say why, not time out
+                if _nested_too_deep(parsed):  # unreadable, and so unanswered: say why, not time out
                     return self._too_deep()
                 try:
                     await sink.send(parsed)
@@ -322,7 +322,7 @@ def _parse_line(line: bytes) -> SessionMessage | Exception:
     return SessionMessage(message)
 
 
-def _too_deep(parsed: SessionMessage | Exception) -> bool:
+def _nested_too_deep(parsed: SessionMessage | Exception) -> bool:
     """Whether a line could not be read because its JSON nests past the parser's limit."""
     if not isinstance(parsed, ValidationError):
         return False

@@ -293,7 +293,7 @@ def open_backend(settings: RunSettings) -> DaskBackend | None:
 
 
 def _say_on_stderr(text: str) -> None:
-    print(f"planloom: {text}", file=sys.stderr, flush=True)
+    sys.stderr.write(f"planloom: {text}\n")
 
 
 def store_path(settings_store: str | None, base_dir: Path) -> Path:

@@ -209,7 +209,7 @@ class Executor:
         if self.plan.finally_:
             reason = self._stop_reason
             self._stop_reason = None
-            final_deadline = max(deadline, now() + self.plan.limits.timeout)
+            final_deadline = max(deadline, self._now() + self.plan.limits.timeout)
             await self._run_graph("finally", "continue", final_deadline)
             self._stop_reason = self._stop_reason or reason
             if main == "succeeded" and self._status(self.plan.finally_) == "failed":
@@ -219,7 +219,7 @@ class Executor:
         outputs, unknown = plan_outputs(self.plan, context, unknown_steps, self.errors)
         if main == "succeeded" and self.errors:
             main = "failed"
-        self.events.emit("run.finished", status=main, seconds=now() - started)
+        self.events.emit("run.finished", status=main, seconds=self._now() - started)
         return RunResult(
             run_id=self.run_id,
             status=main,
@@ -266,7 +266,7 @@ class Executor:
         task = asyncio.create_task(scheduler.run(), name="planloom-graph")
         self._graph_task = task
         timer = asyncio.get_running_loop().call_at(
-            max(deadline, now()),
+            max(deadline, self._now()),
             self._expire,
         )
         try:
