@@ -18,7 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from _forkserver import ForkServer
+
 PLANLOOM = str(Path(sys.executable).parent / "planloom")
+_FORKS = ForkServer(enabled=os.environ.get("PLANLOOM_TESTS_FORK", "1") != "0")
 TIMEOUT = 60  # seconds; generous for a loaded machine, a hang still fails the test
 
 
@@ -116,11 +119,21 @@ def planloom(
     timeout: float = TIMEOUT,
     preexec_fn: Callable[[], None] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """Run `planloom ARGS` with no stdin; `subprocess.TimeoutExpired` past `timeout`."""
+    """Run `planloom ARGS` with no stdin; `subprocess.TimeoutExpired` past `timeout`.
+
+    The command is a fork of a process that has imported planloom (tests/_forkserver.py):
+    the same `main()`, argv, folder, environment, streams and exit status, without starting
+    Python again. With `preexec_fn`, an environment Python reads at startup, or
+    PLANLOOM_TESTS_FORK=0 in the tests' environment, it is a new `planloom` process.
+    """
+    environ = environ if environ is not None else env()
+    argv = [PLANLOOM, *map(str, args)]
+    if preexec_fn is None and _FORKS.fits(environ):
+        return _FORKS.run(argv, cwd=cwd, environ=environ, timeout=timeout)
     return subprocess.run(
-        [PLANLOOM, *map(str, args)],
+        argv,
         cwd=cwd,
-        env=environ if environ is not None else env(),
+        env=environ,
         stdin=subprocess.DEVNULL,
         capture_output=True,
         text=True,

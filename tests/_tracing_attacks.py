@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import _procs
 from _procs import PLANLOOM, TIMEOUT, env
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
@@ -160,16 +161,7 @@ def planloom(
     """`planloom ARGS` in a clean environment (no OTEL_, OPENAI_, PLANLOOM_ variables)
     plus `environ`; no stdin. `.took` is its wall time in seconds."""
     started = time.monotonic()
-    proc = subprocess.run(
-        [PLANLOOM, *map(str, args)],
-        cwd=cwd,
-        env=env(**environ),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    proc = _procs.planloom(*args, cwd=cwd, environ=env(**environ), timeout=timeout)
     proc.took = time.monotonic() - started  # type: ignore[attr-defined]
     return proc
 

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import pytest
+from _procs import planloom
 from ruamel.yaml import YAML
 
 PLANLOOM = str(Path(sys.executable).parent / "planloom")
@@ -202,14 +203,7 @@ def recipe(attacks: list[Attack], grants: dict[str, Any]) -> dict[str, Any]:
 
 def run_cli(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     """`planloom run PATH --yes --json`, bounded."""
-    return subprocess.run(
-        [PLANLOOM, "run", str(path), "--yes", "--json"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        cwd=cwd,
-    )
+    return planloom("run", path, "--yes", "--json", cwd=cwd, environ=dict(os.environ), timeout=120)
 
 
 def run_battery(tmp_path: Path, attacks: list[Attack], grants: dict[str, Any]) -> dict[str, Any]:
@@ -246,13 +240,7 @@ def test_battery_written_out_is_refused_at_validation(tmp_path: Path, battery: s
     with path.open("w") as handle:
         YAML().dump(recipe(attacks, grants), handle)
 
-    done = subprocess.run(
-        [PLANLOOM, "validate", "--json", str(path)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        cwd=tmp_path,
-    )
+    done = planloom("validate", "--json", path, cwd=tmp_path, environ=dict(os.environ))
 
     problems = json.loads(done.stdout)
     assert done.returncode == (2 if problems else 0), done.stderr

@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _procs import planloom
 
 from capabilities import Sandbox, default_registry
 
@@ -50,15 +51,10 @@ def env() -> dict[str, str]:
 def run(tmp_path: Path, recipe: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     path = tmp_path / "r.yaml"
     path.write_text(recipe)
-    return subprocess.run(
-        [PLANLOOM, "run", str(path), "--yes", "--json", "-v", "--log-file", "run.jsonl"],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
-        cwd=tmp_path,
-        env=env,
-    )
+    return planloom(
+        "run", path, "--yes", "--json", "-v", "--log-file", "run.jsonl",
+        cwd=tmp_path, environ=env, timeout=120,
+    )  # fmt: skip
 
 
 def test_d1_canary_in_a_file_and_the_environment_reaches_no_artifact(

@@ -20,6 +20,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
+import _procs
 import pytest
 from _procs import pids_with, until
 
@@ -63,15 +64,8 @@ def planloom(
     timeout: float = TIMEOUT,
 ) -> subprocess.CompletedProcess[str]:
     """Run the real `planloom` command and capture its output."""
-    return subprocess.run(
-        [PLANLOOM, *map(str, args)],
-        cwd=cwd,
-        env=env if env is not None else _env(),
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
+    return _procs.planloom(
+        *args, cwd=cwd, environ=env if env is not None else _env(), timeout=timeout
     )
 
 

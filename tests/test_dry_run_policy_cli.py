@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from _procs import planloom
+
 PLANLOOM = str(Path(sys.executable).parent / "planloom")
 
 RECIPE = """\
@@ -31,15 +33,7 @@ steps:
 
 def run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "PLANLOOM"))}
-    return subprocess.run(
-        [PLANLOOM, "run", "r.yaml", "--json", *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        stdin=subprocess.DEVNULL,
-        cwd=tmp_path,
-        env=env,
-    )
+    return planloom("run", "r.yaml", "--json", *args, cwd=tmp_path, environ=env)
 
 
 def tree(root: Path) -> dict[str, bytes]:

@@ -14,6 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from _procs import planloom
 
 from engine.testing import ChatRequest, FakeOpenAIServer, ScriptedModel
 
@@ -56,26 +57,20 @@ def model(request: ChatRequest) -> dict[str, object]:
 
 def plan_cli(tmp_path: Path, base_url: str, *extra: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OPENAI", "PLANLOOM"))}
-    return subprocess.run(
-        [
-            PLANLOOM,
-            "plan",
-            "report on the notes",
-            "--capabilities",
-            "caps.yaml",
-            "--base-url",
-            base_url,
-            "--model",
-            "m",
-            "--json",
-            *extra,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        stdin=subprocess.DEVNULL,
+    return planloom(
+        "plan",
+        "report on the notes",
+        "--capabilities",
+        "caps.yaml",
+        "--base-url",
+        base_url,
+        "--model",
+        "m",
+        "--json",
+        *extra,
         cwd=tmp_path,
-        env=env,
+        environ=env,
+        timeout=120,
     )
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _procs import planloom
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
 )
@@ -95,16 +96,7 @@ def _planloom(
         for k, v in os.environ.items()
         if not k.startswith(("OTEL_", "OPENAI_", "PLANLOOM_")) and k not in {"CI", "PYTHONPATH"}
     }
-    return subprocess.run(
-        [PLANLOOM, *args],
-        cwd=cwd,
-        env={**base, **env},
-        stdin=subprocess.DEVNULL,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
+    return planloom(*args, cwd=cwd, environ={**base, **env}, timeout=timeout)
 
 
 def _recipe(tmp_path: Path) -> Path:
