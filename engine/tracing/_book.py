@@ -100,6 +100,7 @@ class SpanBook:
         return text
 
     def _redact_texts(self, value: Any) -> Any:
+        """JSON data with each text (keys too) redacted, for spans made without a bus."""
         if isinstance(value, str):
             return self._redact(value)
         if isinstance(value, dict):
