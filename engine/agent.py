@@ -2,7 +2,9 @@
 
 The executor knows nothing of models; it builds an `AgentTask` for an `agent` step or a
 natural-language fallback, whose `call_tool` goes through the same sandbox gate as any
-step, and awaits an `AgentRunner` (the ReAct loop in `planners.react`).
+step, and awaits an `AgentRunner` (the ReAct loop in `planners.react`). A runner that makes
+each tool call in a task of its own marks it with the id the model gave it
+(`enter_tool_call`), so traces can name the call the model asked for.
 """
 
 from __future__ import annotations
@@ -11,9 +13,18 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from engine._support.scope import enter_tool_call
 from engine.model_schema import for_model
 
-__all__ = ["AgentRunner", "AgentTask", "CallTool", "ToolSpec", "TranscriptEntry", "tool_name_for"]
+__all__ = [
+    "AgentRunner",
+    "AgentTask",
+    "CallTool",
+    "ToolSpec",
+    "TranscriptEntry",
+    "enter_tool_call",
+    "tool_name_for",
+]
 
 CallTool = Callable[[str, dict[str, Any]], Awaitable[Any]]
 

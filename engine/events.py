@@ -9,6 +9,12 @@ file, `-v` on the terminal) subscribe as such and see each event redacted once; 
 journal redacts what it writes. A run of 100,000 steps makes 600,000 events, and
 redacting each payload was half of the engine's per-step cost.
 
+Events say what happened, not what was said: no params, outputs or prompts. A subscriber
+that is to show those (traces capturing message content) sets `EventBus.content`; then a
+model call's messages and answer and a tool call's arguments and result ride along under
+the `content` key of `llm.called`, `tool.called` and `tool.finished`, for subscribers only:
+sinks never see that key.
+
 `Event` is a slots dataclass rather than a pydantic model: a run builds about six per step,
 so it sits on the hot path.
 """
@@ -69,6 +75,8 @@ class EventBus:
         self.sinks: tuple[Subscriber, ...] = ()
         # What a sink's events go through: the run's secrets redacted (`Secrets.redact_value`).
         self.redact = redact
+        # Whether events carry what was said (under `content`; see the module's docstring).
+        self.content = False
 
     def subscribe(self, subscriber: Subscriber, *, sink: bool = False) -> None:
         """Have `subscriber` see every event from now on.
@@ -95,6 +103,9 @@ class EventBus:
         if self.subscribers:
             self._deliver(event, self.subscribers)
         if self.sinks:
+            if "content" in data:  # for subscribers that asked for it: never written out
+                data = {key: value for key, value in data.items() if key != "content"}
+                event = Event(kind, self.run_id, step_id, attempt, event.ts, data)
             if self.redact is not None:
                 event = Event(kind, self.run_id, step_id, attempt, event.ts, self.redact(data))
             self._deliver(event, self.sinks)

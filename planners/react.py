@@ -14,7 +14,7 @@ import asyncio
 import json
 from typing import Any
 
-from engine.agent import AgentTask, ToolSpec, TranscriptEntry, tool_name_for
+from engine.agent import AgentTask, ToolSpec, TranscriptEntry, enter_tool_call, tool_name_for
 from engine.errors import BudgetExceeded, ReplayMismatch, StepError, StepFailed
 from engine.limits import loads_json
 from engine.llm import ChatResult, LLMClient, extract_json
@@ -180,6 +180,7 @@ class ReactAgent:
             except ValueError as exc:
                 task.transcript.append(TranscriptEntry(spec.action, raw, "invalid", str(exc)))
                 return f"error: the arguments are not a JSON object ({exc}); resend them", True
+            enter_tool_call(call_id)  # this task's call: traces name it by the model's id
             try:
                 output = await task.call_tool(spec.action, arguments)
             except (BudgetExceeded, ReplayMismatch) as exc:  # the step ends here

@@ -11,6 +11,7 @@ import base64
 import contextlib
 import dataclasses
 import hashlib
+import html
 import json
 import os
 import re
@@ -30,7 +31,7 @@ from hypothesis import strategies as st
 
 from engine.app.report import render_report
 from engine.store import Entry, RunRecord
-from engine.testing._fakellm import FakeOpenAIServer, ScriptedModel
+from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ScriptedModel, ToolCall
 
 if TYPE_CHECKING:  # imported where used: the tests without a browser need no playwright
     from playwright.sync_api import Browser, ConsoleMessage, Dialog, Page
@@ -142,6 +143,52 @@ def ended(tmp_path_factory: pytest.TempPathFactory) -> Reported:
     return dataclasses.replace(reported, result=result)
 
 
+AGENT_RECIPE = """\
+version: 1
+name: agent-report
+capabilities:
+  fs: {root: ., read: true}
+steps:
+  - id: look
+    agent:
+      goal: "Count the notes in this folder"
+      tools: [fs.list, fs.read]
+  - id: listing
+    tool: fs.list
+    params: {path: .}
+"""
+AGENT_ANSWER = "There is <one> note: plan.txt"
+
+
+def _agent_model(request: ChatRequest) -> ChatReply | str:
+    """First turn: list the folder and read a note at once; then answer."""
+    if not request.tool_results():
+        return ChatReply(
+            tool_calls=[
+                ToolCall("fs__list", {"path": "."}),
+                ToolCall("fs__read", {"path": "plan.txt"}),
+            ]
+        )
+    return AGENT_ANSWER
+
+
+@pytest.fixture(scope="module")
+def agent(tmp_path_factory: pytest.TempPathFactory) -> Reported:
+    """A run with an agent step (two model calls, two tool calls) and a tool step."""
+    folder = tmp_path_factory.mktemp("agent")
+    (folder / "a.yaml").write_text(AGENT_RECIPE, encoding="utf-8")
+    (folder / "plan.txt").write_text("ship the report on friday\n", encoding="utf-8")
+    store = folder / "runs.db"
+    with FakeOpenAIServer(_agent_model) as server:
+        proc = planloom(
+            "run", "a.yaml", "--yes", "--json", "--store", store,
+            "--model", "m-agent", "--base-url", server.base_url, cwd=folder,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    result = json.loads(proc.stdout)
+    return dataclasses.replace(_report(folder, store, result["run_id"]), result=result)
+
+
 @pytest.fixture(scope="module")
 def crashed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Reported]:
     """A run killed with -9 while its `nap` step sleeps, then its report."""
@@ -250,6 +297,93 @@ def test_errors_approvals_and_model_usage(ended: Reported) -> None:
         "summary", "1", str(usage["prompt_tokens"]), str(usage["completion_tokens"]), "0"
     ]  # fmt: skip
     assert "m-report" in ended.page
+
+
+def _details(page: str, step: str) -> str:
+    """The text of a step's details, tags removed, spaces squeezed."""
+    anchor = re.search(rf'<a href="#(step-\d+)" data-step="step-\d+">{step}</a>', page)
+    assert anchor is not None, f"no step {step!r}"
+    found = re.search(rf'<details class="step" id="{anchor[1]}">(.*?)</details>', page, re.S)
+    assert found is not None
+    return " ".join(html.unescape(re.sub(r"<[^>]+>", " ", found[1])).split())
+
+
+def _table(page: str, step: str, title: str) -> list[str]:
+    """The rows of a table in a step's details (`attempts`, `model calls`), tags removed."""
+    anchor = re.search(rf'<a href="#(step-\d+)" data-step="step-\d+">{step}</a>', page)
+    assert anchor is not None
+    found = re.search(
+        rf'id="{anchor[1]}">.*?<h4>{title}</h4>(?:<div class="calls">)?<table>(.*?)</table>',
+        page,
+        re.S,
+    )
+    assert found is not None, f"no {title} for {step}"
+    rows = re.findall(r"<tr>(.*?)</tr>", found[1], re.S)[1:]
+    return [" ".join(html.unescape(re.sub(r"<[^>]+>", " ", row)).split()) for row in rows]
+
+
+def test_an_agent_steps_model_calls_are_reported(agent: Reported) -> None:
+    first, second = _table(agent.page, "look", "model calls")
+    usage = agent.result["steps"]["look"]["usage"]
+    # The first call: the agent's instructions and task, the tools offered, the two tool
+    # calls it asked for, with their arguments, and its tokens.
+    assert first.startswith("1 system You carry out one task")
+    assert "user Count the notes in this folder" in first
+    assert "tools offered: fs__list, fs__read" in first
+    assert re.search(r'tool call fs__list \(call_\w+\) \{ "path": "\." \}', first), first
+    assert re.search(r'tool call fs__read \(call_\w+\) \{ "path": "plan.txt" \}', first)
+    assert first.endswith("tool_calls")
+    # The second: what is new (the instructions' turn count changed, the model's turn and
+    # both results); the task, sent before, is counted, not shown again; then the answer.
+    assert second.startswith("2 1 message as in call 1, not shown again system")
+    assert "budget: 9 turns left" in second
+    assert "Count the notes" not in second
+    assert re.search(r"assistant tool call fs__list .* tool \(call_\w+\) \{", second)
+    assert "ship the report on friday" in second  # fs.read's result, sent back
+    assert AGENT_ANSWER in second
+    assert second.endswith("stop")
+    tokens = [
+        [int(n.replace(",", "")) for n in re.findall(r"([\d,]+) (?:in|out)", row)]
+        for row in (first, second)
+    ]
+    assert [sum(t[0] for t in tokens), sum(t[1] for t in tokens)] == [
+        usage["prompt_tokens"],
+        usage["completion_tokens"],
+    ]
+    # The tool step made no model call: no such table in its details.
+    assert "model calls" not in _details(agent.page, "listing")
+
+
+def test_each_attempt_names_the_action_it_made(agent: Reported) -> None:
+    # A lone attempt that went well is not journaled on its own: it made its step's action.
+    assert _table(agent.page, "look", "attempts")[0].split()[:3] == ["1", "agent", "ok"]
+    assert _table(agent.page, "listing", "attempts")[0].split()[:3] == ["1", "fs.list", "ok"]
+    assert "null" not in " ".join(_table(agent.page, "look", "attempts"))
+
+
+def test_a_goals_planning_calls_and_a_failed_call_are_listed() -> None:
+    """From a journal as a goal session writes it: the planner's call (not a step's) and an
+    agent's call that failed for good."""
+    record = RunRecord(id="r1", name="goal", recipe=None, base_dir="/", status="failed")
+    asked = {"model": "m", "messages": [{"role": "user", "content": "plan <this>"}]}
+    plan = {"plan": {"name": "goal", "steps": [{"id": "a", "agent": {}}]}}
+    answer = {"content": '{"steps": []}', "prompt_tokens": 7, "completion_tokens": 3}
+    failure = {"type": "LLMError", "message": "the endpoint answered 500"}
+    entries = [
+        Entry(0, 1.0, "plan", None, plan),
+        Entry(1, 2.0, "llm", "(planner)", {"request": asked, "response": answer}),
+        Entry(2, 3.0, "llm", "a", {"step": "a", "request": asked, "error": failure}),
+    ]
+    page = render_report(record, entries)
+    planning = re.search(r'<details class="step" id="planning">(.*?)</details>', page, re.S)
+    assert planning is not None
+    text = " ".join(html.unescape(re.sub(r"<[^>]+>", " ", planning[1])).split())
+    assert text == (
+        'planning model calls # sent answer tokens 1 user plan <this> {"steps": []} 7 in 3 out'
+    )
+    [failed] = _table(page, "a", "model calls")
+    assert failed == "1 user plan <this> LLMError: the endpoint answered 500 —"
+    assert "plan &lt;this&gt;" in page
 
 
 def test_hostile_journal_text_is_escaped(ended: Reported) -> None:
@@ -447,6 +581,29 @@ def test_the_report_renders_in_chromium(browser: Browser, ended: Reported, tmp_p
         assert page.locator(f"details#{anchor}").get_attribute("open") is None
         page.locator(".node", has_text="flaky").click()
         assert page.locator(f"details#{anchor}").get_attribute("open") is not None
+        assert opened.problems == []
+    finally:
+        opened.page.close()
+
+
+def test_an_agent_steps_model_calls_show_in_chromium(
+    browser: Browser, agent: Reported, tmp_path: Path
+) -> None:
+    opened = _open(browser, agent.path)
+    try:
+        _looks_right(opened, ["look", "listing"], tmp_path / "agent.png", agent.path)
+        page = opened.page
+        row = page.locator("#steps table a", has_text="look")
+        anchor = row.get_attribute("data-step")
+        calls = page.locator(f"details#{anchor} table").nth(1)
+        assert not calls.is_visible()  # the step's details are closed
+        row.click()
+        assert calls.is_visible()
+        text = calls.inner_text()
+        assert "Count the notes in this folder" in text
+        assert "tool call fs__read" in text
+        assert AGENT_ANSWER in text  # as text: the page did not take it for markup
+        assert page.locator(f"details#{anchor} .msg.call").count() == 4  # asked, then sent back
         assert opened.problems == []
     finally:
         opened.page.close()

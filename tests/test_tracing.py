@@ -61,6 +61,7 @@ def _run(
     model: Any = None,
     faults: tuple[Fault, ...] = (),
     scripts: dict[str, tuple[Any, ...]] | None = None,
+    capture_content: bool = False,
 ) -> tuple[RunResult, list[ReadableSpan]]:
     """Run a recipe with scripted tools and a scripted model behind a fake endpoint, its
     spans going to `exporter`, made as the `planloom` command makes them (`follow`)."""
@@ -71,7 +72,7 @@ def _run(
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     bus = EventBus("r")
-    follow(bus, provider.get_tracer("test"))
+    follow(bus, provider.get_tracer("test"), capture_content=capture_content)
     result = run_recipe_text(
         text,
         registry,
@@ -110,14 +111,16 @@ def _everything_in(span: ReadableSpan) -> str:
 
 
 def _agent_model(request: ChatRequest) -> ChatReply | str:
-    """First turn: two tool calls at once; second turn (with their results): done."""
+    """First turn: two tool calls at once; second turn (with their results): done. The
+    endpoint answers as a dated version of the model asked for, as OpenAI's does."""
     if any(m.get("role") == "tool" for m in request.messages):
-        return "ranked"
+        return ChatReply(content="ranked", model="m-2024-08-06")
     return ChatReply(
         tool_calls=[
             ToolCall("test__run", {"key": "x", "value": 1}),
             ToolCall("test__run", {"key": "y", "value": 2}),
-        ]
+        ],
+        model="m-2024-08-06",
     )
 
 
@@ -159,7 +162,18 @@ def test_a_run_is_a_tree_of_run_step_attempt_and_tool_and_model_calls(
     assert run.attributes is not None
     assert run.attributes["planloom.run.id"] == "r"
     assert run.attributes["planloom.run.status"] == "succeeded"
-    assert run.status.status_code is StatusCode.UNSET
+    assert run.status.status_code is StatusCode.OK  # a trace UI shows the run succeeded
+    # Every span has a deliberate kind: model calls are CLIENT, the rest INTERNAL, and
+    # each is classed for OpenInference readers (Phoenix).
+    for span in spans:
+        assert span.kind is (SpanKind.CLIENT if span.name == "chat m" else SpanKind.INTERNAL)
+        assert span.attributes is not None
+        assert span.attributes["openinference.span.kind"] == (
+            "LLM" if span.name.startswith("chat ")
+            else "TOOL" if span.name.startswith("execute_tool ")
+            else "AGENT" if span.attributes.get("gen_ai.operation.name") == "invoke_agent"
+            else "CHAIN"
+        )  # fmt: skip
     steps = {s.name: s for s in _children(spans, run)}
     assert set(steps) == {"step a", "step b", "step flaky", "step think"}
     for name, step in steps.items():
@@ -210,11 +224,15 @@ def test_a_run_is_a_tree_of_run_step_attempt_and_tool_and_model_calls(
         [tool] = _children(spans, attempt)
         assert tool.name == "execute_tool test.run"
 
-    # The agent step: one attempt (invoke_agent) holding its two model calls and the two
-    # tool calls the first model call asked for, in order.
+    # The agent step: one attempt (invoke_agent, the agent named by its step) holding its
+    # two model calls and the two tool calls the first model call asked for, in order.
     [agent] = _children(spans, steps["step think"])
+    assert agent.name == "attempt 1"
     assert agent.attributes is not None
     assert agent.attributes["gen_ai.operation.name"] == "invoke_agent"
+    assert agent.attributes["gen_ai.agent.name"] == "think"
+    assert agent.attributes["gen_ai.provider.name"] == "openai"
+    assert agent.attributes["planloom.attempt"] == 1
     inside = _children(spans, agent)
     assert [s.name for s in inside] == [
         "chat m",
@@ -228,13 +246,34 @@ def test_a_run_is_a_tree_of_run_step_attempt_and_tool_and_model_calls(
         attributes = chat.attributes
         assert attributes is not None
         assert attributes["gen_ai.operation.name"] == "chat"
+        assert attributes["gen_ai.provider.name"] == "openai"
         assert attributes["gen_ai.request.model"] == "m"
+        assert attributes["gen_ai.response.model"] == "m-2024-08-06"  # as the endpoint said
+        assert str(attributes["gen_ai.response.id"]).startswith("chatcmpl-")
+        assert isinstance(attributes["gen_ai.request.max_tokens"], int)
         assert isinstance(attributes["gen_ai.usage.input_tokens"], int)
         assert attributes["gen_ai.usage.input_tokens"] > 0
         assert isinstance(attributes["gen_ai.usage.output_tokens"], int)
         assert attributes["gen_ai.usage.output_tokens"] > 0
     assert chats[0].attributes is not None
     assert chats[0].attributes["planloom.llm.tool_calls"] == 2
+    assert chats[0].attributes["gen_ai.response.finish_reasons"] == ("tool_calls",)
+    assert chats[1].attributes is not None
+    assert chats[1].attributes["gen_ai.response.finish_reasons"] == ("stop",)
+    assert chats[0].attributes["gen_ai.response.id"] != chats[1].attributes["gen_ai.response.id"]
+    # Each tool call names the call the model asked for; the step's own calls name none.
+    tools = [s for s in inside if s.name == "execute_tool test.run"]
+    ids = {(s.attributes or {}).get("gen_ai.tool.call.id") for s in tools}
+    assert len(ids) == 2
+    assert None not in ids
+    assert "gen_ai.tool.call.id" not in (tool_a.attributes or {})
+    # Content capture is off: nothing that was said is in any span.
+    for span in spans:
+        said = {"gen_ai.input.messages", "gen_ai.output.messages", "gen_ai.system_instructions",
+                "gen_ai.tool.call.arguments", "gen_ai.tool.call.result"}  # fmt: skip
+        assert said.isdisjoint(span.attributes or {}), span.name
+        assert "rank a and b" not in _everything_in(span)
+        assert "ranked" not in _everything_in(span)
     usage = result.steps["think"].usage
     assert (usage.llm_calls, usage.tool_calls) == (2, 2)
     assert sum(c.attributes["gen_ai.usage.input_tokens"] for c in chats if c.attributes) == (

@@ -10,8 +10,10 @@ __all__ = [
     "current_attempt",
     "current_item",
     "current_scope",
+    "current_tool_call",
     "enter_attempt",
     "enter_scope",
+    "enter_tool_call",
     "item_of",
     "step_of",
 ]
@@ -23,6 +25,7 @@ PLAN_REVIEW = "(plan)"
 
 _scope: ContextVar[str | None] = ContextVar("planloom_scope", default=None)
 _attempt: ContextVar[int | None] = ContextVar("planloom_attempt", default=None)
+_tool_call: ContextVar[str | None] = ContextVar("planloom_tool_call", default=None)
 
 
 def current_scope() -> str | None:
@@ -68,3 +71,15 @@ def enter_attempt(number: int) -> None:
     item's attempts are numbered within the item, so the number does not depend on how
     fast the other items went."""
     _attempt.set(number)
+
+
+def current_tool_call() -> str | None:
+    """The id a model gave the tool call the running code makes, if a model asked for it
+    (an agent's turn): what traces name the call by (`gen_ai.tool.call.id`)."""
+    return _tool_call.get()
+
+
+def enter_tool_call(call_id: str | None) -> None:
+    """Mark the current task as making the tool call a model asked for as `call_id`. An
+    agent runs each call of a turn in a task of its own, so the mark ends with the task."""
+    _tool_call.set(call_id)

@@ -7,6 +7,11 @@ with a batch processor exports every run of the command; the standard `OTEL_*` v
 configure it (endpoint, headers, timeout, compression, sampler, resource, service name).
 Spans are made from the run's events by `engine.tracing.RunSpans`.
 
+What was said (model messages, tool arguments and results) goes in spans only when
+`OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT` asks for it, as the GenAI
+instrumentations read it: `true` (or `SPAN_ONLY`, `SPAN_AND_EVENT`); `false`, `NO_CONTENT`,
+`EVENT_ONLY` (planloom sends no log events) or unset leave it out. Anything else is refused.
+
 The exporter's own log lines are kept off the terminal: if spans could not be exported,
 one line says so at the end, with the exporter's last complaint.
 """
@@ -31,7 +36,7 @@ if TYPE_CHECKING:
     from engine.events import EventBus
     from engine.tracing import RunSpans
 
-__all__ = ["INSTALL_HINT", "Telemetry", "wanted"]
+__all__ = ["CAPTURE", "INSTALL_HINT", "Telemetry", "captures_content", "wanted"]
 
 INSTALL_HINT = "pip install 'planloom[otel]'"
 _ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -43,6 +48,9 @@ _DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
 _DEFAULT_TIMEOUT = 10.0  # seconds, as the OTLP exporter specification says
 _QUEUE = 32_768  # spans waiting to be sent, at most (OTEL_BSP_MAX_QUEUE_SIZE overrides)
 _SAY_WAITING_AFTER = 1.0  # seconds of exporting at exit before the wait is explained
+CAPTURE = "OTEL_INSTRUMENTATION_GENAI_CAPTURE_MESSAGE_CONTENT"
+_CAPTURE_ON = frozenset({"true", "span_only", "span_and_event"})
+_CAPTURE_OFF = frozenset({"", "false", "no_content", "event_only"})
 
 
 def wanted(flag: bool, environ: Mapping[str, str] = os.environ) -> bool:
@@ -53,12 +61,31 @@ def wanted(flag: bool, environ: Mapping[str, str] = os.environ) -> bool:
     return flag or any(environ.get(name, "").strip() for name in _ENDPOINTS)
 
 
+def captures_content(environ: Mapping[str, str] = os.environ) -> bool:
+    """Whether spans hold what was said (see the module's docstring).
+
+    Raises:
+        ConfigurationError: the variable holds a value that is neither on nor off.
+    """
+    value = environ.get(CAPTURE, "").strip().lower()
+    if value in _CAPTURE_ON:
+        return True
+    if value in _CAPTURE_OFF:
+        return False
+    raise ConfigurationError(
+        f"{CAPTURE}={environ[CAPTURE].strip()!r}: set it to true to put model messages and "
+        "tool arguments and results (redacted) in the traces, or false (the default) to "
+        "leave them out"
+    )
+
+
 class Telemetry:
     """The tracer provider and exporter of one command (see the module's docstring).
 
     Raises (from `start`):
         ConfigurationError: the protocol asked for is not OTLP/HTTP with protobuf, or a
-            timeout is not a number, or `--otel` was given and the SDK is not installed.
+            timeout is not a number, or content capture is neither on nor off, or
+            `--otel` was given and the SDK is not installed.
     """
 
     def __init__(
@@ -68,6 +95,7 @@ class Telemetry:
         ended: Ended,
         endpoint: str,
         timeout: float,
+        capture_content: bool = False,
     ) -> None:
         self.provider = provider
         self.exporter = exporter
@@ -75,6 +103,7 @@ class Telemetry:
         self._spans: RunSpans | None = None
         self.endpoint = endpoint
         self.timeout = timeout
+        self.capture_content = capture_content
 
     @classmethod
     def start(cls, *, flag: bool, environ: Mapping[str, str] = os.environ) -> Telemetry | None:
@@ -92,6 +121,7 @@ class Telemetry:
         timeout = _timeout(environ)
         endpoint = _endpoint(environ)
         _check(environ)
+        capture = captures_content(environ)
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
             from opentelemetry.sdk.resources import Resource
@@ -131,7 +161,7 @@ class Telemetry:
                 "unless OTEL_BSP_MAX_QUEUE_SIZE is set)"
             ) from None
         provider.add_span_processor(batches)
-        return cls(provider, exporter, ended, endpoint, timeout)
+        return cls(provider, exporter, ended, endpoint, timeout, capture)
 
     def follow(self, bus: EventBus, *, base_url: str | None = None) -> RunSpans:
         """Have the spans of what publishes on `bus` made: a session's planning, then each
@@ -139,7 +169,11 @@ class Telemetry:
         if self._spans is None:
             from engine.tracing import RunSpans, server_of
 
-            self._spans = RunSpans(self.provider.get_tracer("planloom"), server=server_of(base_url))
+            self._spans = RunSpans(
+                self.provider.get_tracer("planloom"),
+                server=server_of(base_url),
+                capture_content=self.capture_content,
+            )
         self._spans.follow(bus)
         return self._spans
 

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from pydantic import ValidationError
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
@@ -32,7 +32,7 @@ from engine._support.clock import now
 from engine.errors import ConfigurationError, PlanloomError, StepError, StepTimeout
 from engine.llm._json import chat_json
 from engine.llm._stream import Assembly
-from engine.llm._text import one_line
+from engine.llm._text import one_line, said
 from engine.llm._types import (
     Answers,
     ChatResult,
@@ -63,9 +63,6 @@ from engine.llm._wire import (
 )
 from engine.llm.config import Budget, LLMConfig, resolve_llm_config
 from engine.redaction import Secrets
-
-if TYPE_CHECKING:
-    pass
 
 __all__ = [
     "Answers",
@@ -98,7 +95,9 @@ class LLMClient:
     sleep: Sleep = asyncio.sleep
     client: Any = None
     json_mode: JsonMode = "json_schema"  # downgraded when the endpoint refuses it
-    on_call: Callable[[ChatResult], None] | None = None  # per-call usage, e.g. as events
+    # Each answered call: the answer and the request as sent (secrets redacted), e.g. as
+    # events with their usage.
+    on_call: Callable[[ChatResult, dict[str, Any]], None] | None = None
     answers: Answers = field(default_factory=lambda: LiveAnswers())  # or a cassette
     secrets: Secrets = field(default_factory=Secrets)  # redacted from all the model is sent
     # Live calls at once (a run's `limits.per_family: {llm: N}`); answers from a cassette
@@ -106,8 +105,9 @@ class LLMClient:
     limit: asyncio.Semaphore | None = None
     # Each wait before a retry (a 429's Retry-After, the backoff): its seconds and why.
     on_wait: Callable[[float, str], None] | None = None
-    # A call that failed for good (retries spent, key refused): the error and its seconds.
-    on_fail: Callable[[PlanloomError, float], None] | None = None
+    # A call that failed for good (retries spent, key refused): the error, its seconds and
+    # the request.
+    on_fail: Callable[[PlanloomError, float, dict[str, Any]], None] | None = None
     # The request field the answer's length is bounded by: `max_completion_tokens` for
     # endpoints that refuse `max_tokens` (OpenAI's reasoning models).
     tokens_field: str = "max_tokens"
@@ -249,15 +249,15 @@ class LLMClient:
             if isinstance(exc, ConfigurationError):
                 self.refused = str(exc)
             if self.on_fail is not None:
-                self.on_fail(exc, now() - started)
+                self.on_fail(exc, now() - started, kwargs)
             raise
         except asyncio.CancelledError:  # cut off (a timeout, Ctrl-C): made all the same
             if sent and self.on_fail is not None:
                 cut = ModelCallCancelled("the model call was cut off (a timeout, or Ctrl-C)")
-                self.on_fail(cut, now() - started)
+                self.on_fail(cut, now() - started, kwargs)
             raise
         if self.on_call is not None:
-            self.on_call(result)
+            self.on_call(result, kwargs)
         return result
 
     def _waiting(self, state: RetryCallState) -> None:
@@ -416,6 +416,8 @@ class LLMClient:
                 completion_tokens=completion,
                 latency=latency,
                 finish_reason=getattr(choice, "finish_reason", None),
+                model=said(getattr(response, "model", None)),
+                response_id=said(getattr(response, "id", None)),
             )
         except (ValidationError, AttributeError, TypeError) as exc:
             raise LLMError(f"the model's reply is malformed: {str(exc)[:300]}") from exc

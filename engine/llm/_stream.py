@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from engine.llm._text import said
 from engine.llm._types import (
     CutShort,
 )
@@ -21,9 +22,13 @@ class Assembly:
     finish: str | None = None
     usage: Any = None
     chunks: int = 0
+    id: str | None = None
+    model: str | None = None
 
     def add(self, chunk: Any) -> None:
         self.usage = getattr(chunk, "usage", None) or self.usage
+        self.id = self.id or said(getattr(chunk, "id", None))
+        self.model = self.model or said(getattr(chunk, "model", None))
         for choice in getattr(chunk, "choices", None) or []:
             if getattr(choice, "index", 0) != 0:
                 continue
@@ -63,6 +68,8 @@ class Assembly:
                 "total_tokens": self.chunks,
             }
         return ChatCompletion.construct(
+            id=self.id,
+            model=self.model,
             choices=[{"index": 0, "message": message, "finish_reason": self.finish}],
             usage=usage.model_dump() if hasattr(usage, "model_dump") else usage,
         )

@@ -1,16 +1,17 @@
 """Text from a model endpoint, made fit to judge and to show: an answer's one JSON value (its
-Markdown fence taken off, a problem located by line and column), and a server's error body
-cut to one line, neutralized.
+Markdown fence taken off, a problem located by line and column), a server's error body
+cut to one line, neutralized, and a completion's named fields (`said`).
 """
 
 from __future__ import annotations
 
 import json
 import re
+from typing import Any
 
 from engine.sanitize import cap, neutralize
 
-__all__ = ["QUOTE", "bad_json", "one_line", "quoted_at", "unfenced"]
+__all__ = ["QUOTE", "bad_json", "one_line", "quoted_at", "said", "unfenced"]
 
 QUOTE = 60
 """Characters of an answer quoted where its JSON goes wrong."""
@@ -83,3 +84,9 @@ def one_line(text: str, limit: int | None = None) -> str:
             text = f"{head} {lines[-1]}" if head.strip() else lines[-1]
     text = " ".join(neutralize(text).split())  # what could act on a terminal, made visible
     return text if limit is None else cap(text, limit, marker="…")[0]
+
+
+def said(value: Any) -> str | None:
+    """A completion's (or a chunk's) field, as its id or model, when it is a string that
+    says something: servers send "" or nothing as well."""
+    return value if isinstance(value, str) and value else None

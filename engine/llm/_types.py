@@ -105,6 +105,11 @@ class ChatResult(BaseModel):
     # Why the answer ended ("stop", "length", "tool_calls"...); None when not said (and in
     # cassettes and journals written before it was kept).
     finish_reason: str | None = None
+    # The model the endpoint says answered (often a dated version of the one asked for) and
+    # the completion's id: for traces; None when not said, and for answers served from a
+    # cassette or a journal, which do not keep them.
+    model: str | None = None
+    response_id: str | None = None
 
 
 JsonMode = StructuredOutput

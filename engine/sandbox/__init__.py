@@ -18,7 +18,7 @@ from pydantic import BaseModel, ValidationError
 
 from engine._support.execute import execute, jsonable
 from engine._support.problems import validation_problems
-from engine._support.scope import current_item
+from engine._support.scope import current_item, current_tool_call
 from engine._support.truncation import MAX_WARNINGS, truncation_warning
 from engine.backend import Backend, RemoteCall
 from engine.capability import Action, Asker, CallContext, ParamPath, Registry
@@ -336,6 +336,8 @@ class Sandbox:
         if self.events is None:
             return
         call, family = admitted.call, admitted.action.family
+        # What was said (the arguments) only for subscribers that asked (`EventBus.content`).
+        said = {"content": {"arguments": call.params}} if self.events.content else {}
         self.events.emit(
             "tool.called",
             call.step_id,
@@ -347,12 +349,15 @@ class Sandbox:
             rule=f"grant.{family}",
             side_effects=admitted.side_effects,
             missing_confinement=self._missing_layers(family) or None,
+            tool_call_id=current_tool_call(),
+            **said,
         )
 
     def _record_finished(self, admitted: Admitted, number: int | None, output: Any) -> None:
         """`tool.finished`, and a warning for the step when the output was cut at a limit."""
         call = admitted.call
         if self.events is not None:
+            said = {"content": {"result": output}} if self.events.content else {}
             self.events.emit(
                 "tool.finished",
                 call.step_id,
@@ -363,6 +368,7 @@ class Sandbox:
                 decision="allowed",
                 rule=f"grant.{admitted.action.family}",
                 outcome="ok",
+                **said,
             )
         warning = truncation_warning(admitted.action, admitted.model, output, current_item())
         if warning is not None:
@@ -431,4 +437,5 @@ class Sandbox:
                 rule=rule(error),
                 outcome=type(error).__name__,
                 error=error.message,
+                tool_call_id=current_tool_call(),
             )

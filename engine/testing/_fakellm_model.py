@@ -103,6 +103,8 @@ class ChatReply:
     """What the model answers. Token counts and `finish_reason` are derived when None.
 
     `finish_reason` defaults to "tool_calls" when there are tool calls, else "stop".
+    `model` is the model the answer names (endpoints often name a dated version of the one
+    asked for); the one asked for when None.
     """
 
     content: str | None = None
@@ -110,6 +112,7 @@ class ChatReply:
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
     finish_reason: str | None = None
+    model: str | None = None
 
 
 ModelFunction = Callable[[ChatRequest], ChatReply | str | dict[str, Any]]
@@ -185,6 +188,7 @@ class ScriptedModel:
             prompt_tokens=prompt,
             completion_tokens=completion,
             finish_reason=finish,
+            model=reply.model,
         )
 
 

@@ -213,7 +213,7 @@ def completion_body(
         "id": f"chatcmpl-{number}",
         "object": "chat.completion",
         "created": CREATED,
-        "model": request.model,
+        "model": reply.model or request.model,
         "choices": [{"index": 0, "message": message, "finish_reason": reply.finish_reason}],
         "usage": {
             "prompt_tokens": prompt,

@@ -8,20 +8,30 @@ into a span tree
     │   └── chat {model}
     └── run {plan}                      (without a goal, the root)
         └── step {id}
-            └── attempt {n}
+            └── attempt {n}             (an agent's: `invoke_agent`)
                 ├── execute_tool {action}
                 │   └── chat {model}    (a model call made by a tool, as `llm.complete`)
                 └── chat {model}        (an agent's turns)
 
-with the GenAI semantic conventions on model calls (`gen_ai.operation.name`,
-`gen_ai.request.model`, `gen_ai.usage.input_tokens`, `gen_ai.usage.output_tokens`) and on
-tool calls (`execute_tool`, `gen_ai.tool.name`). Failures set the span's status to ERROR
-with an `exception` event; retries, rate-limit waits and gate decisions are span events.
+with the OpenTelemetry GenAI semantic conventions: model calls are CLIENT spans with
+`gen_ai.operation.name: chat`, `gen_ai.provider.name`, the request's and the response's
+model, the response's id and finish reasons and the tokens used; tool calls are
+`execute_tool` spans with `gen_ai.tool.name` and, for a call an agent's model asked for,
+`gen_ai.tool.call.id`; an agent's attempt (an agent step's, or a fallback's agent) is an
+`invoke_agent` operation naming the agent by its step (`gen_ai.agent.name`; the span keeps
+its name, `attempt {n}`, beside its step's other attempts). Every other span is INTERNAL,
+and each also says its OpenInference kind (`openinference.span.kind`: CHAIN, AGENT, TOOL,
+LLM) for readers that class spans by it.
+A run or session that succeeded ends OK; failures set ERROR with the error, an
+`exception` event and `error.type`; retries, rate-limit waits and gate decisions are span
+events.
 
 Spans are made from events rather than around the code that runs them, so a run that is
 not traced pays nothing: no subscriber, no span. Spans leave the process, so every text
-put in one is redacted with the run's secrets (`follow` subscribes it so), and nothing
-else of the run (no params, no outputs, no prompts) is put in an attribute.
+put in one is redacted with the run's secrets (`follow` subscribes it so). What was said
+(messages, tool arguments and results) is put in spans only when content is captured
+(`capture_content`, which asks the bus for it: `EventBus.content`), redacted before it is
+bounded (`engine.tracing._content`); otherwise nothing of it reaches a span.
 
 Only the OpenTelemetry API is used here; which SDK, processor and exporter receive the
 spans is the caller's choice (`engine.app.telemetry` for the `planloom` command).
@@ -35,7 +45,7 @@ from urllib.parse import urlsplit
 from opentelemetry.trace import Status, StatusCode, Tracer
 
 from engine.events import Event, EventBus
-from engine.tracing._book import FAILED_STEP, abandon, end_root, ns, owner_of
+from engine.tracing._book import FAILED_STEP, PROVIDER, abandon, end_root, ns, owner_of
 from engine.tracing._calls import CallSpans
 
 __all__ = ["RunSpans", "follow", "server_of"]
@@ -65,6 +75,9 @@ class RunSpans(CallSpans):
         server: the model endpoint's host and port, for model calls' `server.*` attributes.
         redact: applied to every text put in a span (names, attributes, statuses): the
             run's secrets redacted. `follow` passes the event bus's.
+        capture_content: put what was said in spans (`gen_ai.input.messages`,
+            `gen_ai.output.messages`, `gen_ai.system_instructions`,
+            `gen_ai.tool.call.arguments`, `gen_ai.tool.call.result`), redacted and bounded.
     """
 
     def __init__(
@@ -73,8 +86,9 @@ class RunSpans(CallSpans):
         *,
         server: tuple[str, int] | None = None,
         redact: Callable[[str], str] | None = None,
+        capture_content: bool = False,
     ) -> None:
-        super().__init__(tracer, server=server, redact=redact)
+        super().__init__(tracer, server=server, redact=redact, capture_content=capture_content)
         self._handlers: Mapping[str, Callable[[Event], None]] = {
             "session.started": self._session_started,
             "session.finished": self._session_finished,
@@ -111,26 +125,23 @@ class RunSpans(CallSpans):
 
         def deliver(event: Event) -> None:
             self._redact = redact
+            self._redact_data = bus.redact or self._redact_texts
             try:
                 self(event)
             finally:
                 self._redact = self._default_redact
+                self._redact_data = self._redact_texts
 
+        if self.capture_content:
+            bus.content = True  # the run's events carry what was said, for us
         bus.subscribe(deliver)
 
     # -- a goal session: planning, replanning, its runs ----------------------------------
 
     def _session_started(self, event: Event) -> None:
-        self._session = self.tracer.start_span(
-            "session",
-            start_time=ns(event.ts),
-            attributes=self._attributes(
-                {
-                    "planloom.run.id": event.run_id,
-                    "planloom.goal": self._text(event.data.get("goal")),
-                }
-            ),
-        )
+        goal = self._text(event.data.get("goal"))
+        attributes = self._attributes({"planloom.run.id": event.run_id, "planloom.goal": goal})
+        self._session = self._start("session", None, ns(event.ts), attributes)
 
     def _session_finished(self, event: Event) -> None:
         end = ns(event.ts)
@@ -143,11 +154,11 @@ class RunSpans(CallSpans):
 
     def _plan_started(self, event: Event) -> None:
         replan = bool(event.data.get("replan"))
-        self._planning = self.tracer.start_span(
+        self._planning = self._start(
             "replan" if replan else "plan",
-            context=self._context(self._session),
-            start_time=ns(event.ts),
-            attributes={"planloom.plan.replan": replan},
+            self._session,
+            ns(event.ts),
+            {"planloom.plan.replan": replan},
         )
 
     def _plan_finished(self, event: Event) -> None:
@@ -172,13 +183,11 @@ class RunSpans(CallSpans):
         plan = str(event.data.get("plan") or "plan")
         # A goal session's run is its child; any other run is a child of the caller's
         # span, if it was started inside one.
-        self._run = self.tracer.start_span(
-            self._name(f"run {plan}"),
-            context=self._context(self._session),
-            start_time=ns(event.ts),
-            attributes=self._attributes(
-                {"planloom.run.id": event.run_id, "planloom.plan.name": plan}
-            ),
+        self._run = self._start(
+            f"run {plan}",
+            self._session,
+            ns(event.ts),
+            self._attributes({"planloom.run.id": event.run_id, "planloom.plan.name": plan}),
         )
 
     def _run_finished(self, event: Event) -> None:
@@ -198,11 +207,8 @@ class RunSpans(CallSpans):
 
     def _step_started(self, event: Event) -> None:
         step_id = event.step_id or ""
-        self._steps[step_id] = self.tracer.start_span(
-            self._name(f"step {step_id}"),
-            context=self._context(self._run),
-            start_time=ns(event.ts),
-            attributes={"planloom.step.id": step_id},
+        self._steps[step_id] = self._start(
+            f"step {step_id}", self._run, ns(event.ts), {"planloom.step.id": self._clean(step_id)}
         )
 
     def _step_finished(self, event: Event) -> None:
@@ -217,11 +223,8 @@ class RunSpans(CallSpans):
             abandon(self._attempts.pop(key), end)
         span = self._steps.pop(step_id, None)
         if span is None:  # ended without starting: skipped because a dependency failed
-            span = self.tracer.start_span(
-                self._name(f"step {step_id}"),
-                context=self._context(self._run),
-                start_time=end,
-                attributes={"planloom.step.id": step_id},
+            span = self._start(
+                f"step {step_id}", self._run, end, {"planloom.step.id": self._clean(step_id)}
             )
         data = event.data
         status = str(data.get("status"))
@@ -254,14 +257,15 @@ class RunSpans(CallSpans):
                 "planloom.item": item,
             }
         )
-        if data.get("agent"):
+        role = "CHAIN"
+        if data.get("agent"):  # an agent in this process, named by its step
             attributes["gen_ai.operation.name"] = "invoke_agent"
-        self._attempts[owner] = self.tracer.start_span(
-            f"attempt {number}",
-            context=self._context(self._steps.get(step_id) or self._run),
-            start_time=ns(event.ts),
-            attributes=attributes,
-        )
+            attributes["gen_ai.provider.name"] = PROVIDER
+            attributes["gen_ai.agent.name"] = self._clean(step_id)
+            role = "AGENT"
+        parent = self._steps.get(step_id) or self._run
+        span = self._start(f"attempt {number}", parent, ns(event.ts), attributes, role=role)
+        self._attempts[owner] = span
 
     def _attempt_finished(self, event: Event) -> None:
         span = self._attempts.pop(owner_of(event), None)
@@ -289,13 +293,20 @@ class RunSpans(CallSpans):
             )
 
 
-def follow(bus: EventBus, tracer: Tracer, *, server: tuple[str, int] | None = None) -> RunSpans:
+def follow(
+    bus: EventBus,
+    tracer: Tracer,
+    *,
+    server: tuple[str, int] | None = None,
+    capture_content: bool = False,
+) -> RunSpans:
     """Make the spans of the run publishing on `bus`, with what it redacts redacted.
 
     It subscribes as an ordinary subscriber, not a sink, and redacts only what it puts in
     spans (a few short texts per event, memoized by `Secrets.redact`) rather than having
-    each event's data redacted whole, as a sink's is.
+    each event's data redacted whole, as a sink's is. `capture_content`: spans hold what
+    was said too (see `RunSpans`).
     """
-    spans = RunSpans(tracer, server=server)
+    spans = RunSpans(tracer, server=server, capture_content=capture_content)
     spans.follow(bus)
     return spans

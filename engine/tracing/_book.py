@@ -8,13 +8,19 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, Status, StatusCode, Tracer
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, Tracer
 
 from engine.events import Event
 
 FAILED_STEP = frozenset({"failed", "denied", "cancelled"})
 FAILED_RUN = frozenset({"failed", "cancelled"})
 TEXT_LIMIT = 4096  # an error quoted in a span: enough to read, bounded
+PROVIDER = "openai"
+"""`gen_ai.provider.name`: models are called through OpenAI's client and API, whichever
+server answers (the conventions ask for the client's best knowledge; `server.address`
+and `gen_ai.response.model` tell the rest)."""
+KIND = "openinference.span.kind"
+"""What OpenInference readers (Arize Phoenix) class a span by: CHAIN, AGENT, TOOL, LLM."""
 
 Attributes = dict[str, str | bool | int | float]
 Owner = tuple[str, int | None, int]
@@ -31,11 +37,16 @@ class SpanBook:
         *,
         server: tuple[str, int] | None = None,
         redact: Callable[[str], str] | None = None,
+        capture_content: bool = False,
     ) -> None:
         self.tracer = tracer
         self.server = server
+        self.capture_content = capture_content
         self._default_redact: Callable[[str], str] = redact or str
         self._redact = self._default_redact
+        # What redacts JSON data (messages, arguments, results): the bus's redactor, which
+        # also blanks values under credential-named keys; else each text redacted.
+        self._redact_data: Callable[[Any], Any] = self._redact_texts
         self._session: Span | None = None
         self._planning: Span | None = None
         self._run: Span | None = None
@@ -75,14 +86,48 @@ class SpanBook:
         self._planning = self._run = self._session = None
 
     def _clean(self, text: str) -> str:
-        """`text` redacted, and encodable as UTF-8 (a lone surrogate from a server's
-        message would make the whole batch of spans unsendable)."""
-        text = self._redact(text)
+        """`text` redacted, and encodable as UTF-8."""
+        return self._utf8(self._redact(text))
+
+    @staticmethod
+    def _utf8(text: str) -> str:
+        """`text` encodable as UTF-8 (a lone surrogate from a server's message would make
+        the whole batch of spans unsendable)."""
         try:
             text.encode("utf-8")
         except UnicodeEncodeError:
             text = text.encode("utf-8", "replace").decode("utf-8")
         return text
+
+    def _redact_texts(self, value: Any) -> Any:
+        """JSON data with each text (keys too) redacted, for spans made without a bus."""
+        if isinstance(value, str):
+            return self._redact(value)
+        if isinstance(value, dict):
+            return {self._redact_texts(k): self._redact_texts(v) for k, v in value.items()}
+        if isinstance(value, list | tuple):
+            return [self._redact_texts(item) for item in value]
+        return value
+
+    def _start(
+        self,
+        name: str,
+        parent: Span | None,
+        at: int,
+        attributes: Attributes,
+        *,
+        kind: SpanKind = SpanKind.INTERNAL,
+        role: str = "CHAIN",
+    ) -> Span:
+        """A span named `name` (redacted) under `parent`, of `kind`, classed as `role` for
+        OpenInference readers."""
+        return self.tracer.start_span(
+            self._name(name),
+            context=self._context(parent),
+            kind=kind,
+            start_time=at,
+            attributes={**attributes, KIND: role},
+        )
 
     def _name(self, name: str) -> str:
         return self._clean(name)
@@ -104,6 +149,7 @@ class SpanBook:
 
     def _failed(self, span: Span, outcome: str, error: Any, at: float) -> None:
         message = self._text(error) or outcome
+        span.set_attribute("error.type", outcome)
         span.set_status(Status(StatusCode.ERROR, message))
         span.add_event(
             "exception",
@@ -127,10 +173,13 @@ def owner_of(event: Event) -> Owner:
 
 
 def end_root(span: Span, what: str, status: str, end: int) -> None:
-    """End a run's or a session's span with how it ended."""
+    """End a run's or a session's span with how it ended: OK when it succeeded, ERROR when
+    it failed or was cancelled (a rejected plan is neither)."""
     span.set_attribute("planloom.run.status", status)
     if status in FAILED_RUN:
         span.set_status(Status(StatusCode.ERROR, f"the {what} {status}"))
+    elif status == "succeeded":
+        span.set_status(Status(StatusCode.OK))
     span.end(end_time=end)
 
 

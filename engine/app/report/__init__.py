@@ -18,7 +18,8 @@ side-effect calls whose intent was journaled with no result after it.
 
 This module puts the page together from parts split by concern: `engine.app.report._read`
 reads the journal into the report's view of the run, `engine.app.report._sections` writes the
-sections and `engine.app.report._svg` draws the graph and timeline, `engine.app.report._html`
+sections (a step's model calls by `engine.app.report._model_calls`) and
+`engine.app.report._svg` draws the graph and timeline, `engine.app.report._html`
 escapes values and makes the small pieces of markup, `engine.app.report._assets` holds the
 status colours, style sheet and script.
 """

@@ -77,6 +77,9 @@ CSS = (
     ".tag{font-size:11px;color:#57606a;border:1px solid #d0d7de;border-radius:8px;"
     "padding:0 5px}.nw{white-space:nowrap}.clip{display:block;max-height:6em;overflow:hidden}"
     ".none,.note{color:#57606a}footer{margin-top:32px;color:#8a8f98;font-size:12px}"
+    ".msg{margin:2px 0 6px}.msg .role{display:block;font-size:11px;color:#57606a;"
+    "font-weight:600}.msg.call pre{background:#eef4ff}.msg.error pre{background:#fdecea}"
+    ".calls td:nth-child(2){width:52%}.calls td:nth-child(3){width:36%}"
 )
 
 JS = (

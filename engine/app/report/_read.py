@@ -17,6 +17,7 @@ from engine.store import INTERRUPTED, Entry, RunRecord
 __all__ = [
     "INTERRUPTED",
     "CallView",
+    "ModelCallView",
     "RunView",
     "StepView",
     "as_dict",
@@ -43,6 +44,19 @@ class CallView:
     started: float
     finished: float | None = None
     output: Any = None
+    error: str | None = None
+
+
+@dataclass
+class ModelCallView:
+    """A journaled model call: what was sent (the messages, the tools offered) and the
+    answer (its text, the tool calls it asked for, its tokens), or the error it ended with."""
+
+    scope: str
+    at: float
+    messages: list[Any]
+    tools: list[str]
+    answer: dict[str, Any] | None = None
     error: str | None = None
 
 
@@ -85,6 +99,7 @@ class RunView:
     end: dict[str, Any] | None = None
     segments: list[float] = field(default_factory=list)
     calls: list[CallView] = field(default_factory=list)
+    model_calls: list[ModelCallView] = field(default_factory=list)
     doubts: list[CallView] = field(default_factory=list)
     approvals: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
     answers: list[tuple[float, dict[str, Any]]] = field(default_factory=list)
@@ -119,6 +134,7 @@ def read_run(record: RunRecord, entries: list[Entry]) -> RunView:
             usage["prompt_tokens"] += as_int(response.get("prompt_tokens"))
             usage["completion_tokens"] += as_int(response.get("completion_tokens"))
             usage["errors"] += 1 if data.get("error") is not None else 0
+            run.model_calls.append(_model_call(entry, data))
         elif kind == "approval":
             run.approvals.append((entry.at, data))
         elif kind == "answer":
@@ -156,13 +172,35 @@ def _read_step(run: RunView, entry: Entry, data: dict[str, Any]) -> None:
     step.finished = as_time(data.get("finished"))
     step.attempts = [a for a in as_list(data.get("attempts")) if isinstance(a, dict)]
     if not step.attempts and as_int(step.result.get("attempts")) == 1 and step.finished:
-        # The journal leaves out a lone attempt that went well: it spans the step.
+        # The journal leaves out a lone attempt that went well: it spans the step, and made
+        # the step's own action (its tool, or `agent`, as an agent's attempts name it).
         span = {"n": 1, "started": step.started, "finished": step.finished, "outcome": "ok"}
-        step.attempts = [span]
+        action = as_str(step.spec.get("tool")) or ("agent" if step.spec.get("agent") else "")
+        step.attempts = [{**span, "action": action} if action else span]
     step.gates = [g for g in as_list(data.get("gates")) if isinstance(g, dict)]
     llm = as_dict(data.get("llm"))
     step.llm = {k: as_int(llm.get(k)) for k in ("calls", "prompt_tokens", "completion_tokens")}
     step.ended_seq = entry.seq
+
+
+def _model_call(entry: Entry, data: dict[str, Any]) -> ModelCallView:
+    request = as_dict(data.get("request"))
+    tools = [
+        as_dict(as_dict(tool).get("function")).get("name") for tool in as_list(request.get("tools"))
+    ]
+    call = ModelCallView(
+        scope=entry.scope or as_str(data.get("step")) or "?",
+        at=entry.at,
+        messages=as_list(request.get("messages")),
+        tools=[name for name in tools if isinstance(name, str)],
+    )
+    error = data.get("error")
+    if error is not None:
+        found = as_dict(error)
+        call.error = f"{as_str(found.get('type')) or 'error'}: {as_str(found.get('message'))}"
+    else:
+        call.answer = as_dict(data.get("response"))
+    return call
 
 
 def _read_call(

@@ -6,7 +6,7 @@ import html
 import json
 from typing import Any
 
-from engine._support.scope import step_of
+from engine._support.scope import PLANNER, step_of
 from engine.app.report._html import (
     badge,
     clock,
@@ -16,9 +16,11 @@ from engine.app.report._html import (
     seconds,
     step_badge,
 )
+from engine.app.report._model_calls import model_calls_html, step_model_calls
 from engine.app.report._read import (
     INTERRUPTED,
     CallView,
+    ModelCallView,
     RunView,
     StepView,
     as_dict,
@@ -136,11 +138,22 @@ def steps_html(run: RunView) -> str:
     calls: dict[str, list[CallView]] = {}
     for call in run.calls:
         calls.setdefault(step_of(call.scope) or call.scope, []).append(call)
-    details = (_step_details(run, step, calls.get(step.id, [])) for step in ordered(run))
+    model = step_model_calls(run.model_calls)
+    details = [
+        _step_details(run, step, calls.get(step.id, []), model.get(step.id, []))
+        for step in ordered(run)
+    ]
+    if model.get(PLANNER):  # a goal's planning (and replanning): not a step, shown apart
+        details.append(
+            '<details class="step" id="planning"><summary>planning</summary>'
+            f"<h4>model calls</h4>{model_calls_html(model[PLANNER])}</details>"
+        )
     return table + "\n" + "\n".join(details)
 
 
-def _step_details(run: RunView, step: StepView, calls: list[CallView]) -> str:
+def _step_details(
+    run: RunView, step: StepView, calls: list[CallView], model_calls: list[ModelCallView]
+) -> str:
     parts = [
         f'<details class="step" id="{step.anchor}"><summary>{escaped(step.id)} '
         f"{step_badge(run, step)}</summary>"
@@ -182,6 +195,8 @@ def _step_details(run: RunView, step: StepView, calls: list[CallView]) -> str:
             + html_table(["scope", "attempt", "action", "params", "result"], rows, "")
             + (f'<p class="note">… and {more:,} more calls not shown</p>' if more > 0 else "")
         )
+    if model_calls:
+        parts.append(f"<h4>model calls</h4>{model_calls_html(model_calls)}")
     if step.result.get("output") is not None:
         parts.append('<p class="note">its output is under <a href="#outputs">Outputs</a></p>')
     transcript = step.result.get("transcript")
