@@ -262,6 +262,12 @@ def test_the_readme_example_gives_the_article_as_markdown(tmp_path: Path, server
     }
     assert server.hits == ["/article.html"]
 
+    dry = planloom("run", "read-page.yaml", "--dry-run", "--json", cwd=tmp_path)
+    assert dry.returncode == 0, dry.stderr
+    dried = json.loads(dry.stdout)
+    assert dried["dry_run"] == []  # nothing held back: a read-only call runs
+    assert dried["steps"]["page"]["output"] == output
+
 
 def test_tools_and_validate_know_the_action(tmp_path: Path) -> None:
     tools = planloom("tools", "--json", cwd=tmp_path)
@@ -554,4 +560,4 @@ def test_the_conversion_is_off_the_event_loop_and_within_the_deadline(env: Env) 
     assert info.value.message == "http.fetch: no page fetched and converted within 0.5 s"
     assert env.server.sent == ["/slow.html"]  # the page had come whole: it was converting
     assert ended[0] - started < 1.5  # the call ended at its deadline
-    assert max(gaps) < 0.3, max(gaps)  # the loop ran on while the page converted
+    assert max(gaps) < 0.5, max(gaps)  # the loop ran on while the page converted
