@@ -60,8 +60,9 @@ HELP_MODULES = {
 }
 # What validating a recipe does not need: the model client, logs and live view, the run
 # store, journal and report, cassettes, the executor and session, the MCP SDK and its
-# servers, httpx and the http family's wire code, the shell family's argument rules and
-# launchers; networkx (the cycle check needs no graph library, only naming a cycle does).
+# servers, httpx and the http family's wire code and page conversion (trafilatura, lxml),
+# the shell family's argument rules and launchers; networkx (the cycle check needs no graph
+# library, only naming a cycle does).
 NOT_FOR_VALIDATE = (
     "openai",
     "networkx",
@@ -96,7 +97,13 @@ NOT_FOR_VALIDATE = (
     "capabilities.mcp._schema",
     "capabilities.mcp._servers",
     "capabilities.http._checks",
+    "capabilities.http._exchange",
+    "capabilities.http._request",
+    "capabilities.http._fetch",
+    "capabilities.http._page",
     "capabilities.http._wire",
+    "trafilatura",
+    "lxml",
     "capabilities.shell.argrules",
     "capabilities.shell._process",
     "capabilities.confine.zygote",

@@ -24,6 +24,8 @@ from capabilities.net import (
 
 def test_public_names() -> None:
     assert set(http_cap.__all__) == {
+        "FetchParams",
+        "FetchResult",
         "HttpGrant",
         "RequestParams",
         "RequestResult",
@@ -42,6 +44,10 @@ def test_register_adds_family_and_action() -> None:
     action = registry.actions["http.request"]
     assert action.result_model is http_cap.RequestResult
     assert "not errors" in action.description
+    fetch = registry.actions["http.fetch"]
+    assert fetch.params_model is http_cap.FetchParams
+    assert fetch.result_model is http_cap.FetchResult
+    assert fetch.side_effects is False  # a GET: ungated, run in a --dry-run
 
 
 # -- host names ----------------------------------------------------------------------------------

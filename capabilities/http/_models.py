@@ -1,4 +1,5 @@
-"""The models of `http.request`: its grant (`capabilities: http:`), params and result."""
+"""The models of the `http` family: its grant (`capabilities: http:`), and the params and
+result of `http.request` and `http.fetch`."""
 
 from __future__ import annotations
 
@@ -9,8 +10,17 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, field_validator, model_validator
 
 from capabilities.net import IPNetwork, canonical_pattern
+from engine.capability import CallContext
 
-__all__ = ["HttpGrant", "Method", "RequestParams", "RequestResult"]
+__all__ = [
+    "FetchParams",
+    "FetchResult",
+    "HttpGrant",
+    "Method",
+    "RequestParams",
+    "RequestResult",
+    "grant_of",
+]
 
 Method = Literal["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"]
 
@@ -109,6 +119,14 @@ class HttpGrant(BaseModel):
         return [ipaddress.ip_network(cidr) for cidr in self.private_networks]
 
 
+def grant_of(ctx: CallContext) -> HttpGrant:
+    """The call's grant as an `HttpGrant` (a worker's registry may hand over another
+    model of the same data)."""
+    if isinstance(ctx.grant, HttpGrant):
+        return ctx.grant
+    return HttpGrant.model_validate(ctx.grant.model_dump())
+
+
 class RequestParams(BaseModel):
     """Params of `http.request`. Give at most one of `body` (text) and `json`."""
 
@@ -151,4 +169,44 @@ class RequestResult(BaseModel):
     body: str
     truncated: bool
     url: str
+    redirects: int
+
+
+class FetchParams(BaseModel):
+    """Params of `http.fetch`: a GET of `url`, with `headers` over the grant's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = Field(max_length=16_384)
+    headers: dict[str, str] = {}
+
+    @field_validator("headers")
+    @classmethod
+    def _valid_headers(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_headers(value)
+        return value
+
+
+class FetchResult(BaseModel):
+    """Result of `http.fetch`.
+
+    Attributes:
+        status: the final response's status code; 4xx and 5xx are results, not errors.
+        url: the final URL, after redirects.
+        title: the HTML page's `<title>`, or None (a text type, or a page without one).
+        content: an HTML page's main content as Markdown (navigation, sidebars, ads and
+            footers left out), or a text type's text as sent.
+        format: `markdown`, or `text` for a text type, and for a page whose main content
+            could not be told apart or that has too many elements to search for it (then
+            `content` is all of its text).
+        content_type: the media type the server sent (`text/html`), without parameters.
+        redirects: how many redirects were followed.
+    """
+
+    status: int
+    url: str
+    title: str | None
+    content: str
+    format: Literal["markdown", "text"]
+    content_type: str
     redirects: int

@@ -19,7 +19,7 @@ from capabilities.http._models import HttpGrant, RequestResult
 from capabilities.net import IPAddress
 from engine.errors import StepError, StepFailed, StepTimeout
 
-__all__ = ["read_result", "send", "ssl_context"]
+__all__ = ["read_body", "read_result", "send", "ssl_context"]
 
 _MAX_ADDRESS_TRIES = 3  # addresses tried in turn when a connection is refused
 _HIDDEN_RESPONSE_HEADERS = frozenset({"set-cookie", "set-cookie2"})
@@ -30,7 +30,7 @@ def _system_ssl_context() -> ssl.SSLContext:
     return httpx2.create_ssl_context(verify=True, trust_env=False)
 
 
-def ssl_context(ca_bundle: str | None, base_dir: Path) -> ssl.SSLContext:
+def ssl_context(ca_bundle: str | None, base_dir: Path, action: str) -> ssl.SSLContext:
     if ca_bundle is None:
         return _system_ssl_context()
     path = Path(ca_bundle)
@@ -39,7 +39,7 @@ def ssl_context(ca_bundle: str | None, base_dir: Path) -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cafile=str(path))
     except (OSError, ssl.SSLError) as exc:
-        raise StepFailed(f"http.request: cannot load ca_bundle {ca_bundle!r}: {exc}") from None
+        raise StepFailed(f"{action}: cannot load ca_bundle {ca_bundle!r}: {exc}") from None
 
 
 async def send(
@@ -80,31 +80,36 @@ async def read_result(
         if key in _HIDDEN_RESPONSE_HEADERS:
             continue
         headers[key] = f"{headers[key]}, {value}" if key in headers else value
-    cap = grant.max_response_bytes
-    data = bytearray()
-    truncated = False
+    data, truncated = (b"", False)
     if method != "HEAD":
-        try:
-            async for chunk in response.aiter_bytes():
-                data += chunk
-                # Decoded bytes bound memory (gzip bombs); received bytes bound the wire.
-                if len(data) > cap or response.num_bytes_downloaded > cap:
-                    truncated = True
-                    del data[cap:]
-                    break
-        except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
-            raise _translate(exc, hop, None) from None
+        data, truncated = await read_body(response, hop, grant.max_response_bytes)
     return RequestResult(
         status=response.status_code,
         headers=headers,
-        body=bytes(data).decode(_charset(response), errors="replace"),
+        body=data.decode(_charset(response), errors="replace"),
         truncated=truncated,
         url=str(hop.url),
         redirects=redirects,
     )
 
 
+async def read_body(response: httpx2.Response, hop: Hop, cap: int) -> tuple[bytes, bool]:
+    """The body, cut at `cap` bytes, and whether it was cut."""
+    data = bytearray()
+    try:
+        async for chunk in response.aiter_bytes():
+            data += chunk
+            # Decoded bytes bound memory (gzip bombs); received bytes bound the wire.
+            if len(data) > cap or response.num_bytes_downloaded > cap:
+                del data[cap:]
+                return bytes(data), True
+    except (httpx2.HTTPError, httpx2.InvalidURL) as exc:
+        raise _translate(exc, hop, None) from None
+    return bytes(data), False
+
+
 def _charset(response: httpx2.Response) -> str:
+    """The response's charset if Python knows it, else UTF-8."""
     charset = response.charset_encoding or "utf-8"
     try:
         codecs.lookup(charset)
@@ -119,15 +124,16 @@ def _translate(exc: Exception, hop: Hop, address: IPAddress | None) -> StepError
         f" ({address})" if address is not None and str(address) != hop.host else ""
     )
     detail = str(exc) or type(exc).__name__
+    action = hop.action
     if isinstance(exc, httpx2.TimeoutException):
-        return StepTimeout(f"http.request: {where} timed out ({type(exc).__name__})")
+        return StepTimeout(f"{action}: {where} timed out ({type(exc).__name__})")
     if isinstance(exc, httpx2.ConnectError):
-        return StepFailed(f"http.request: could not connect to {where}: {detail}")
+        return StepFailed(f"{action}: could not connect to {where}: {detail}")
     if isinstance(exc, httpx2.RemoteProtocolError):
         return StepFailed(
-            f"http.request: {where} sent a malformed response (or headers over the "
+            f"{action}: {where} sent a malformed response (or headers over the "
             f"client's limit): {detail}"
         )
     if isinstance(exc, httpx2.DecodingError):
-        return StepFailed(f"http.request: could not decode the body from {where}: {detail}")
-    return StepFailed(f"http.request: request to {where} failed ({type(exc).__name__}): {detail}")
+        return StepFailed(f"{action}: could not decode the body from {where}: {detail}")
+    return StepFailed(f"{action}: request to {where} failed ({type(exc).__name__}): {detail}")
