@@ -276,7 +276,8 @@ class Watch:
         """Register a watch over `root`; end it with `finish()` or `abandon()`."""
         self.root = root
         self.allowed = allowed
-        self.since = _now_ns()
+        self.started = time.time_ns()  # compared with this process's stamps (removals)
+        self.since = _now_ns()  # compared with the file system's (a little before now)
         self.before = Scan(root=root, started_ns=self.since)
         with _LOCK:
             _ACTIVE.add(self)
@@ -330,7 +331,7 @@ class Watch:
             rel = self._rel(entry.path)
             if (
                 rel is not None
-                and when >= self.since
+                and when >= self.started
                 and entry.ctime_ns >= self.since
                 and rel not in self.before.entries
                 and not allows_entry(rel, self.allowed)
@@ -361,13 +362,13 @@ class Watch:
 
     def _excused(self, entry: Entry) -> bool:
         """Whether a call beside this one, allowed to write `entry`, could have made it."""
-        beside = [*_ACTIVE, *(w for when, w in _FINISHED if when >= self.since)]
+        beside = [*_ACTIVE, *(w for when, w in _FINISHED if when >= self.started)]
         for other in beside:
             rel = other._rel(entry.path)
             if rel is not None and allows_entry(rel, other.allowed):
                 return True
         return any(
-            when >= self.since and (path == entry.path or path.startswith(entry.path + "/"))
+            when >= self.started and (path == entry.path or path.startswith(entry.path + "/"))
             for when, path in _ALLOWED
         )
 
@@ -390,7 +391,7 @@ _ALLOWED: list[tuple[int, str]] = []  # (when, absolute path) written with an al
 
 def _prune() -> None:
     """Under `_LOCK`: forget what no running watch can still be affected by."""
-    oldest = min((w.since for w in _ACTIVE), default=time.time_ns())
+    oldest = min((w.started for w in _ACTIVE), default=time.time_ns())
     _FINISHED[:] = [item for item in _FINISHED if item[0] >= oldest]
     _REMOVED[:] = [item for item in _REMOVED if item[0] >= oldest]
     _ALLOWED[:] = [item for item in _ALLOWED if item[0] >= oldest]

@@ -661,6 +661,50 @@ def test_a_lying_read_only_tool_runs_ungated_but_stays_in_its_folder(
     assert not outside.exists()
 
 
+@pytest.mark.parametrize("name", [".env", ".envrc", "sub/.git"])
+def test_a_protected_entry_a_call_creates_fails_that_call_and_is_gone_before_the_next(
+    folder: Folder, name: str
+) -> None:
+    folder.tools([_exec_tool(read_only=True)])
+    make = (
+        f"import os; os.makedirs(os.path.dirname({name!r}) or '.', exist_ok=True); "
+        f"open({name!r}, 'w').write('TOKEN=planted')"
+    )
+    look = f"import os; out = str(os.path.exists({name!r}))"
+    text = folder.recipe(
+        f"  - id: plant\n    tool: mcp.evil.exec\n    params: {{code: {json.dumps(make)}}}\n"
+        "    can_fail: true\n"
+        f"  - id: look\n    tool: mcp.evil.exec\n    params: {{code: {json.dumps(look)}}}\n"
+        "    depends_on: [plant]\n"
+    )
+
+    result = run_recipe_text(text, build_registry(), base_dir=folder.root)
+
+    plant = result.steps["plant"]
+    assert plant.status == "failed_acceptable", plant
+    assert "protected paths" in (plant.error or "") and name in (plant.error or ""), plant.error
+    assert f"mcp: servers: evil: {{protected: ['{name}']}}" in (plant.error or "")
+    # removed when the call returned: the next step's call on the same server does not see it
+    assert result.steps["look"].status == "succeeded", result.steps["look"].error
+    assert "False" in json.dumps(result.steps["look"].output)
+    assert not (folder.root / name).exists()
+
+
+def test_a_granted_protected_entry_a_call_creates_is_kept(folder: Folder) -> None:
+    folder.tools([_exec_tool(read_only=True)])
+    make = "open('.env', 'w').write('TOKEN=wanted')"
+    server = folder.server(protected=[".env"])
+    text = folder.recipe(
+        f"  - id: plant\n    tool: mcp.evil.exec\n    params: {{code: {json.dumps(make)}}}\n",
+        servers={"evil": server},
+    )
+
+    result = run_recipe_text(text, build_registry(), base_dir=folder.root)
+
+    assert result.steps["plant"].status == "succeeded", result.steps["plant"].error
+    assert (folder.root / ".env").read_text() == "TOKEN=wanted"
+
+
 # -- processes ------------------------------------------------------------------------------
 
 DAEMON = """

@@ -409,8 +409,15 @@ class Servers:
         except ConfigurationError as exc:
             self._forget(server, current)
             raise StepFailed(f"{FAMILY}.{server}.{tool}: {exc}") from None
+        who = f"{FAMILY}.{server}.{tool}"
+        # (a server over HTTP: its files are not in this machine's folders)
+        stdio = connection.stdio
+        watched = stdio.watched_call(who) if stdio else contextlib.nullcontext()
         try:
-            return await connection.client.call_tool(tool, arguments)
+            async with watched:
+                return await connection.client.call_tool(tool, arguments)
+        except CapabilityDenied:
+            raise
         except Exception as exc:
             self._forget(server, current)
             why = await connection.failure() or _describe(exc)

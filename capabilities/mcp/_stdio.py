@@ -43,6 +43,7 @@ from capabilities.mcp._stdio_process import (
     signal_name,
     spawn,
     stop,
+    watched_call,
     watched_folder,
 )
 
@@ -77,6 +78,10 @@ class ConfinedStdio:
         self._ended: str | None = None  # why this side ended the connection
         self._stopping = False
         self._stack: contextlib.AsyncExitStack | None = None
+
+    def watched_call(self, who: str) -> contextlib.AbstractAsyncContextManager[None]:
+        """A call of the server's tool, watched for protected entries it creates."""
+        return watched_call(self._launch, who)
 
     async def __aenter__(self) -> TransportStreams:
         """Start the server confined; its (read, write) message streams.

@@ -34,6 +34,7 @@ __all__ = [
     "signal_name",
     "spawn",
     "stop",
+    "watched_call",
     "watched_folder",
 ]
 
@@ -98,6 +99,35 @@ async def watched_folder(launch: StdioLaunch) -> AsyncIterator[Scan]:
     grant = f"mcp: servers: {launch.server}"
     try:
         yield before
+    except Exception:
+        watch.finish(who=who, rule="mcp.protected", grant=grant)  # a refusal outranks it
+        raise
+    except BaseException:
+        with contextlib.suppress(CapabilityDenied):
+            watch.finish(who=who, rule="mcp.protected", grant=grant)
+        raise
+    await anyio.to_thread.run_sync(lambda: watch.finish(who=who, rule="mcp.protected", grant=grant))
+
+
+@contextlib.asynccontextmanager
+async def watched_call(launch: StdioLaunch, who: str) -> AsyncIterator[None]:
+    """One call of the server's tool, watched as a `shell.run` call is: protected entries
+    that appear beneath its folder while it runs are removed when it returns, and the call
+    is refused (rule `mcp.protected`), so no later step sees them. The server's whole life
+    is watched too (`watched_folder`): this says which call it was, when it happened.
+
+    Raises:
+        CapabilityDenied: a protected entry appeared during the call (over its own error).
+    """
+    watch = Watch(launch.cwd, launch.protected)
+    try:
+        await anyio.to_thread.run_sync(watch.start)
+    except BaseException:
+        watch.abandon()
+        raise
+    grant = f"mcp: servers: {launch.server}"
+    try:
+        yield
     except Exception:
         watch.finish(who=who, rule="mcp.protected", grant=grant)  # a refusal outranks it
         raise

@@ -17,13 +17,22 @@ from __future__ import annotations
 
 import os
 import select
+import signal
 import sys
+import threading
 from collections.abc import Sequence
+from types import FrameType
 from typing import IO
 
 from engine._support.gc import collector_paused, heap_frozen
 from engine.app.commands import command_main
-from engine.app.output import EXIT_BROKEN_PIPE, EXIT_INVALID, invalid, print_json
+from engine.app.output import (
+    EXIT_BROKEN_PIPE,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID,
+    invalid,
+    print_json,
+)
 from engine.app.parser import build_parser
 from engine.errors import ConfigurationError
 
@@ -73,6 +82,7 @@ def _reader_gone(stream: IO[str]) -> bool:
 def _main(argv: Sequence[str] | None) -> int:
     args = build_parser().parse_args(argv)
     args.plugin = [*args.plugin, *getattr(args, "plugin_after", ())]
+    _interrupt_once()
     try:
         # Importing the command and the capability families builds modules, classes and
         # pydantic models that live as long as the process and frees almost nothing: the
@@ -93,3 +103,42 @@ def _main(argv: Sequence[str] | None) -> int:
         if args.command in _SESSIONS and args.json:
             print_json(invalid([{"rule": "configuration", "message": str(exc)}]))
         return EXIT_INVALID
+    except KeyboardInterrupt:
+        # Ctrl-C before a run began (loading, validating, listing a server's tools) or a
+        # second one while it ends: what was started is stopped on the way out of the
+        # blocks above; a run begun was marked in the store by its session.
+        sys.stderr.write("\nplanloom: interrupted\n")
+        if args.command in _SESSIONS and args.json:
+            print_json(_interrupted())
+        return EXIT_INTERRUPTED
+
+
+def _interrupt_once() -> None:
+    """Ctrl-C interrupts as Python's default does (`KeyboardInterrupt`), once: presses
+    after it are ignored while the command stops what it started (a server listing its
+    tools, say), so a second one cannot cut that short into a traceback and an orphan. A
+    run's session handles its own presses, and restores the default when it ends."""
+    if threading.current_thread() is not threading.main_thread():
+        return  # only the main thread may set handlers; a caller in a thread keeps its own
+
+    def first(signum: int, frame: FrameType | None) -> None:
+        signal.signal(signal.SIGINT, _ignore)  # a handler, not SIG_IGN: a child resets it
+        raise KeyboardInterrupt
+
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, first)
+
+
+def _ignore(signum: int, frame: FrameType | None) -> None:
+    """Ctrl-C again while the command stops: it is stopping already."""
+
+
+def _interrupted() -> dict[str, object]:
+    """The `--json` result of a command interrupted before it had a run to report."""
+    return {
+        "run_id": None,
+        "status": "cancelled",
+        "steps": {},
+        "outputs": {},
+        "errors": ["interrupted before the run began"],
+    }

@@ -4,10 +4,12 @@ handling, and replanning after a failure."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import signal
+import threading
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -375,9 +377,24 @@ def run_async(main: Coroutine[Any, Any, _T]) -> _T:
     """`asyncio.run(main)`, on worker threads that cannot hold up the exit: a step cancelled
     by Ctrl-C or its timeout may leave a thread running (a slow user function), and the
     default executor would be waited for without bound (see `engine._support.threads`)."""
-    with asyncio.Runner() as runner:
+    with _default_interrupts(), asyncio.Runner() as runner:
         runner.get_loop().set_default_executor(DaemonThreadPool())
         return runner.run(main)
+
+
+@contextlib.contextmanager
+def _default_interrupts() -> Iterator[None]:
+    """Ctrl-C as Python's default while the session runs, whatever handler the caller had:
+    the runner then turns the first press into a cancel of the session (which ends the
+    run and stores how it ended) and the second into `KeyboardInterrupt`."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # only the main thread receives signals
+        return
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, before)
 
 
 async def _with_signals(executor: Executor, say: Callable[[str], None]) -> RunResult:

@@ -2,8 +2,8 @@
 its working folder, before it speaks MCP on stdin/stdout.
 
 Tools: `echo(text)`, read-only, answers `text`; `nap(seconds)`, read-only, answers "rested"
-after `seconds`; `crash(after)`, with side effects, exits the server `after` seconds into the
-call (a call of another tool may be in flight then).
+after `seconds` (a line in `naps.log` says a nap began); `crash(after)`, with side effects,
+exits the server `after` seconds into the call (a call of another tool may be in flight).
 """
 
 from __future__ import annotations
@@ -23,7 +23,9 @@ def echo(text: str) -> str:
 
 
 async def nap(seconds: float) -> str:
-    """Answer "rested" after `seconds`."""
+    """Answer "rested" after `seconds` (a line in `naps.log` says a nap began)."""
+    async with await anyio.open_file("naps.log", "a", encoding="utf-8") as log:
+        await log.write(f"{seconds}\n")
     await anyio.sleep(seconds)
     return "rested"
 
