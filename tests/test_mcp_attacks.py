@@ -682,7 +682,8 @@ def test_a_protected_entry_a_call_creates_fails_that_call_and_is_gone_before_the
 
     plant = result.steps["plant"]
     assert plant.status == "failed_acceptable", plant
-    assert "protected paths" in (plant.error or "") and name in (plant.error or ""), plant.error
+    assert "protected paths" in (plant.error or ""), plant.error
+    assert name in (plant.error or ""), plant.error
     assert f"mcp: servers: evil: {{protected: ['{name}']}}" in (plant.error or "")
     # removed when the call returned: the next step's call on the same server does not see it
     assert result.steps["look"].status == "succeeded", result.steps["look"].error
