@@ -6,7 +6,9 @@ prompts and summaries go to stderr.
 
 Start-up is kept short: this module imports the grammar of the command line and nothing of
 the engine, so `--help` and usage errors exit at once; then only the chosen command's
-module is imported (`engine.app.commands.command_main`).
+module is imported (`engine.app.commands.command_main`). A shell asking for completions on
+TAB (`_ARGCOMPLETE` in the environment: `engine.app.completion`) is answered from the
+parser before anything else, and `planloom completion SHELL` builds no registry.
 
 A reader that goes away (`planloom tools | head -1`) ends the command quietly with exit
 code 141 (128 + SIGPIPE, what a shell shows for a program SIGPIPE ended), as Python's
@@ -80,8 +82,19 @@ def _reader_gone(stream: IO[str]) -> bool:
 
 
 def _main(argv: Sequence[str] | None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    if argv is None and "_ARGCOMPLETE" in os.environ:
+        # A shell asks for completions on TAB (the script `planloom completion` prints):
+        # answered and the process ended there, before anything else is imported.
+        from engine.app.completion import complete
+
+        complete(parser)
+    args = parser.parse_args(argv)
     args.plugin = [*args.plugin, *getattr(args, "plugin_after", ())]
+    if args.command == "completion":  # run by a shell's start-up file: no registry to build
+        from engine.app.commands.completion import print_script
+
+        return print_script(args)
     _interrupt_once()
     try:
         # Importing the command and the capability families builds modules, classes and

@@ -15,7 +15,15 @@ from typing import TYPE_CHECKING, NoReturn
 from engine.app.flags import otel_flag, run_flags, store_flag
 from engine.app.output import EXIT_INVALID
 
-__all__ = ["COMMANDS", "build_parser"]
+__all__ = ["COMMANDS", "SHELLS", "build_parser"]
+
+SHELLS = ("bash", "zsh", "fish")
+"""The shells `planloom completion` prints a script for."""
+
+_EXIT_CODES = """\
+exit codes:
+  0 the run succeeded; 1 it failed; 2 invalid recipe, usage or configuration;
+  3 plan rejected; 130 interrupted; 141 the output's reader went away (`| head`)"""
 
 
 class _Parser(argparse.ArgumentParser):
@@ -23,6 +31,18 @@ class _Parser(argparse.ArgumentParser):
         self.print_usage(sys.stderr)
         sys.stderr.write(f"planloom: error: {message}\n")
         raise SystemExit(EXIT_INVALID)
+
+
+class _Planloom(_Parser):
+    """The whole command line's parser: its help ends with the exit codes and the
+    environment variables planloom reads (`engine.app.environment`, imported only when
+    the help is printed)."""
+
+    def format_help(self) -> str:
+        from engine.app.environment import epilog
+
+        self.epilog = f"{_EXIT_CODES}\n\n{epilog()}"
+        return super().format_help()
 
 
 if TYPE_CHECKING:
@@ -45,12 +65,10 @@ class _Version(argparse.Action):
 
 def build_parser() -> argparse.ArgumentParser:
     """The parser of the whole command line: `-p/--plugin`, then one command of `COMMANDS`."""
-    parser = _Parser(
+    parser = _Planloom(
         prog="planloom",
         description="The `planloom` command.",
-        epilog="exit codes: 0 the run succeeded; 1 it failed; 2 invalid recipe, usage or "
-        "configuration; 3 plan rejected; 130 interrupted; 141 the output's reader went away "
-        "(`| head`)",
+        formatter_class=argparse.RawDescriptionHelpFormatter,  # the epilog's lines as laid
     )
     parser.add_argument(
         "--version", action=_Version, nargs=0, help="print planloom's version and exit"
@@ -212,6 +230,21 @@ def _tools(sub: Subparsers) -> None:
     tools.add_argument("--json", action="store_true", help="as JSON, with params schemas")
 
 
+def _completion(sub: Subparsers) -> None:
+    completion = sub.add_parser(
+        "completion",
+        help="print the shell script that completes planloom's commands, flags, recipes, "
+        "run ids and step ids on TAB",
+        description="Print the script that makes SHELL complete planloom's command line. "
+        'Load it in the shell\'s start-up file: bash: eval "$(planloom completion bash)"; '
+        'zsh: eval "$(planloom completion zsh)" (after compinit); fish: planloom completion '
+        "fish | source",
+    )
+    completion.add_argument(
+        "shell", choices=SHELLS, metavar="SHELL", help="bash, zsh or fish: the shell it is for"
+    )
+
+
 COMMANDS: dict[str, Callable[[Subparsers], None]] = {
     "run": _run,
     "plan": _plan,
@@ -224,6 +257,7 @@ COMMANDS: dict[str, Callable[[Subparsers], None]] = {
     "graph": _graph,
     "schema": _schema,
     "tools": _tools,
+    "completion": _completion,
 }
 """Each command's parser, by name, in the order `planloom --help` lists them; the command
 itself is `engine.app.commands.<name>.main`."""
