@@ -183,6 +183,9 @@ def test_tab_completes_a_command_a_flag_a_file_a_run_id_and_a_step_id(
     assert _tab(shell, "planloom valid") == "planloom validate"
     assert _tab(shell, "planloom run --dry") == "planloom run --dry-run"
     assert _tab(shell, "planloom graph no") == "planloom graph notes.yaml"
+    assert (
+        _tab(shell, "planloom run notes.yaml -i mode=s") == "planloom run notes.yaml -i mode=slow"
+    )
     assert _tab(shell, "planloom resume ") == f"planloom resume {run_id}"
     redo = _tab(shell, f"planloom resume {run_id} --redo read")
     assert redo == f"planloom resume {run_id} --redo read_missing"
