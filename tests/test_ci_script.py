@@ -33,7 +33,11 @@ def _ci(tmp_path: Path, failing: str = "", floors: int = 0) -> tuple[int, str]:
     (tmp_path / ".ci" / "floors").chmod(0o755)
     bin_dir = tmp_path / "stand-ins"
     bin_dir.mkdir()
-    for name, text in {"python3": VENV_MAKER, "chromium": "#!/bin/sh\n"}.items():
+    for name, text in {
+        "python3": VENV_MAKER,
+        "chromium": "#!/bin/sh\n",
+        "node": "#!/bin/sh\n",
+    }.items():
         (bin_dir / name).write_text(text)
         (bin_dir / name).chmod(0o755)
     done = subprocess.run(

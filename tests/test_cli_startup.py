@@ -99,6 +99,7 @@ NOT_FOR_VALIDATE = (
     "capabilities.mcp._http",
     "capabilities.mcp._schema",
     "capabilities.mcp._servers",
+    "capabilities.mcp._connect",
     "capabilities.http._checks",
     "capabilities.http._exchange",
     "capabilities.http._request",

@@ -5,7 +5,9 @@ standard library only). CONFIG_FD is a file (a memfd) holding one JSON object: `
 program's real path and its arguments), `parent` (the engine's pid), `network`, `rlimits`,
 `read_paths`, `write_paths`, `read_only` (protected paths beneath the writable folders, to
 bind-mount read-only), `read_only_note` (a caveat for the report, or "") and `cgroup` (a
-pids cgroup folder to join, or null), and optionally `env` (the program's environment;
+pids cgroup folder to join, or null), `memory_cgroup` (a memory cgroup folder to join, or
+null: once joined, `rlimits` loses `as`, the address-space limit it stands in for), and
+optionally `env` (the program's environment;
 else the launcher's own). Keeping the program's arguments off the launcher's own command
 line means only the program itself shows them in `ps`. STATUS_FD is a pipe to the engine.
 
@@ -116,7 +118,9 @@ def run(confine: ModuleType, config: dict[str, Any], status: Status) -> NoReturn
     it forks for a call, and a spare makes the first three before its call is known.
     """
     try:
-        report = enter(confine, config.get("cgroup"), bool(config["network"]))
+        report = enter(
+            confine, config.get("cgroup"), bool(config["network"]), config.get("memory_cgroup")
+        )
         _check_parent(config)
     except Exception as exc:  # any failure here is reported, never half-applied silently
         status.send(setup_error=f"{type(exc).__name__}: {exc}")
@@ -130,20 +134,25 @@ def run(confine: ModuleType, config: dict[str, Any], status: Status) -> NoReturn
     finish(confine, config, report, status)
 
 
-def enter(confine: ModuleType, cgroup: str | None, network: bool) -> dict[str, Any]:
-    """Join the pids cgroup `cgroup` (if any), then make the namespaces; their report.
+def enter(
+    confine: ModuleType, cgroup: str | None, network: bool, memory_cgroup: str | None = None
+) -> dict[str, Any]:
+    """Join the pids cgroup `cgroup` and the memory cgroup `memory_cgroup` (if any), then
+    make the namespaces; their report.
 
-    In this order: the cgroup is joined from the engine's user namespace, and every process
-    the call makes from here on starts in it.
+    In this order: the cgroups are joined from the engine's user namespace, and every
+    process the call makes from here on starts in them.
     """
     report: dict[str, Any] = {}
-    if cgroup:
+    for layer, path in (("pids_cgroup", cgroup), ("memory_cgroup", memory_cgroup)):
+        if not path:
+            continue
         try:
-            with open(os.path.join(cgroup, "cgroup.procs"), "w") as file:
+            with open(os.path.join(path, "cgroup.procs"), "w") as file:
                 file.write(str(os.getpid()))
-            report["pids_cgroup"] = "active"
+            report[layer] = "active"
         except OSError as exc:
-            report["pids_cgroup"] = f"unavailable: {exc.strerror}"
+            report[layer] = f"unavailable: {exc.strerror}"
     report.update(confine.enter_namespaces(network))
     # A change of credentials may clear the parent-death signal; set it again.
     confine.set_pdeathsig(signal.SIGKILL)
@@ -265,7 +274,12 @@ def finish(
     try:
         target = [str(arg) for arg in config["argv"]]
         _protected_mounts(confine, config, report)
-        report["rlimits"] = confine.set_rlimits(config["rlimits"])
+        rlimits = dict(config["rlimits"])
+        if report.get("memory_cgroup") == "active":
+            # Resident memory is bounded there; an address-space limit would only break
+            # programs that reserve more than they use (V8's WebAssembly, ~10 GiB).
+            rlimits.pop("as", None)
+        report["rlimits"] = confine.set_rlimits(rlimits)
         try:
             report["landlock"] = confine.landlock(
                 config["read_paths"], config["write_paths"], bool(config["network"])

@@ -18,12 +18,12 @@ Protocol. CONTROL_FD is a `SOCK_SEQPACKET` socket; the zygote first sends
 * `{"call": true}` with the reply socket, a memfd holding the launcher's config (as for
   `_launcher.py`, plus `env`, the program's environment, and `cwd`), the status pipe and
   the program's stdin, stdout and stderr: the zygote forks a child that runs the call;
-* `{"spare": {"cgroup": PATH or null}}` with the reply socket and a call socket: the
-  zygote forks a spare, which does now all a call without network needs that no config
-  changes (joins the cgroup, makes the namespaces, forks the init, which makes its mounts
-  private, mounts /proc and sets no_new_privs), then waits: the engine later sends the
-  call's five descriptors on the call socket, straight to the spare's init, which
-  finishes the call (protected paths, rlimits, Landlock, the program).
+* `{"spare": {"cgroup": PATH or null, "memory_cgroup": PATH or null}}` with the reply socket
+  and a call socket: the zygote forks a spare, which does now all a call without network
+  needs that no config changes (joins the cgroups, makes the namespaces, forks the init,
+  which makes its mounts private, mounts /proc and sets no_new_privs), then waits: the
+  engine later sends the call's five descriptors on the call socket, straight to the spare's
+  init, which finishes the call (protected paths, rlimits, Landlock, the program).
 
 On a reply socket, the zygote sends `{"pid": N}` with a pidfd of the child (opened before
 the child can be reaped, so it names that child and no later holder of the pid), or
@@ -36,17 +36,17 @@ What is shared, what is per call:
 
 * shared: the interpreter, its imports and `_layers` (the start-up cost); nothing else.
   The zygote holds no confinement state: every layer is made in the forked child.
-* per call, as with the one-shot launcher: the pids cgroup (its own `pids.max`; a shared
-  one would let one call's fork bomb starve another), the user namespace (a shared one
-  would give every program the capabilities over the other calls' namespaces and share
-  uid 0's keyring between calls), the PID namespace and /proc (a shared one would let
-  programs see and signal each other's processes, and one call's init would end every
-  call), the network namespace (an empty shared one would still share UDP ports and
-  abstract socket names between concurrent calls: one call could make another's `bind`
-  fail), the mount namespace with its read-only protected paths (they differ per
+* per call, as with the one-shot launcher: the pids cgroup (its own `pids.max`; a shared one
+  would let one call's fork bomb starve another), the memory cgroup (likewise, for memory),
+  the user namespace (a shared one would give every program the capabilities over the other
+  calls' namespaces and share uid 0's keyring between calls), the PID namespace and /proc (a
+  shared one would let programs see and signal each other's processes, and one call's init
+  would end every call), the network namespace (an empty shared one would still share UDP
+  ports and abstract socket names between concurrent calls: one call could make another's
+  `bind` fail), the mount namespace with its read-only protected paths (they differ per
   folder), the Landlock ruleset (its write folders include the call's own TMPDIR), the
-  rlimits (per grant), the session and the scratch folder. A spare is made for one call
-  and used by one call at most; what it prepares depends on no call's config.
+  rlimits (per grant), the session and the scratch folder. A spare is made for one call and
+  used by one call at most; what it prepares depends on no call's config.
 
 Keeping programs away from the zygote. A forked child keeps only its own descriptors (the
 call's stdin/stdout/stderr, its status pipe and reply or call socket, close-on-exec) and
@@ -166,8 +166,9 @@ class _Zygote:
         if flags & _TRUNCATED:  # cannot happen with the engine's requests; be safe
             header = spare = None
         if isinstance(spare, dict) and len(fds) == _SPARE_FDS:
-            cgroup = spare.get("cgroup")
-            self._fork(fds, lambda: _spare(self, fds, cgroup if isinstance(cgroup, str) else None))
+            cgroups = [spare.get(key) for key in ("cgroup", "memory_cgroup")]
+            paths = [path if isinstance(path, str) else None for path in cgroups]
+            self._fork(fds, lambda: _spare(self, fds, paths[0], paths[1]))
         elif isinstance(header, dict) and header.get("call") and len(fds) == _CALL_FDS:
             self._fork(fds, lambda: _call(self, fds))
         else:
@@ -217,7 +218,9 @@ class _Zygote:
         reply.close()
 
 
-def _spare(zygote: _Zygote, fds: list[int], cgroup: str | None) -> NoReturn:
+def _spare(
+    zygote: _Zygote, fds: list[int], cgroup: str | None, memory_cgroup: str | None
+) -> NoReturn:
     """In a spare: everything a call without network needs that its config does not
     change, done now; then wait for the call on the call socket and finish it.
 
@@ -236,7 +239,7 @@ def _spare(zygote: _Zygote, fds: list[int], cgroup: str | None) -> NoReturn:
     try:
         _detach(zygote.pid, confine)
         _keep_only(reply, call)
-        report = launcher.enter(confine, cgroup, False)
+        report = launcher.enter(confine, cgroup, False, memory_cgroup)
         if os.getppid() != zygote.pid:
             os._exit(SETUP_FAILED)
     except Exception as exc:  # reported to the call it would have served
@@ -283,7 +286,8 @@ def _call(zygote: _Zygote, fds: list[int]) -> NoReturn:
         os._exit(SETUP_FAILED)
     config = _take(config_fd, status_fd, (stdin, stdout, stderr), status, "", reply)
     try:
-        report = launcher.enter(confine, config.get("cgroup"), bool(config["network"]))
+        network = bool(config["network"])
+        report = launcher.enter(confine, config.get("cgroup"), network, config.get("memory_cgroup"))
         if os.getppid() != zygote.pid:  # it died before the parent-death signal was re-armed
             os._exit(SETUP_FAILED)
     except Exception as exc:

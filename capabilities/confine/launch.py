@@ -1,7 +1,7 @@
 """Starting the launcher for a confined child: its command line and config, and its report.
 
 The config says what the launcher (`_launcher.py`, run as `python -I -S`) sets up before it
-executes the program: namespaces, rlimits, the pids cgroup, Landlock's read and write
+executes the program: namespaces, rlimits, the pids and memory cgroups, Landlock's read and write
 folders and the protected entries mounted read-only. The launcher reports back one JSON
 message a line on a status pipe: setup and exec errors, the exit status and the state of
 each confinement layer. A `shell.run` call's config is made by the `shell` family
@@ -32,6 +32,7 @@ __all__ = [
     "flatten",
     "launcher_command",
     "parse_status",
+    "readable_paths",
 ]
 
 STATUS_LIMIT = 64 * 1024  # bytes kept from the launcher's status pipe
@@ -76,11 +77,16 @@ def files_config(write_root: str, tmpdir: str, reads: list[str], protected: Scan
     are mounted read-only.
     """
     return {
-        "read_paths": [*_system_reads(), *reads],
+        "read_paths": readable_paths(reads),
         "write_paths": [write_root, tmpdir, *DEVICE_WRITE_PATHS],
         "read_only": protected.mounts(),
         "read_only_note": protected.note(),
     }
+
+
+def readable_paths(reads: list[str]) -> list[str]:
+    """The folders and files a confined child may read: the system's, then `reads`."""
+    return [*_system_reads(), *reads]
 
 
 @functools.cache
@@ -98,8 +104,10 @@ def parse_status(data: bytes) -> list[dict[str, Any]]:
     return messages
 
 
-def flatten(messages: list[dict[str, Any]], cgroup_state: str) -> dict[str, str]:
-    """The launcher's layer report as `{layer: "active ..." | "unavailable: ..."}`."""
+def flatten(messages: list[dict[str, Any]], cgroup_state: str, memory_state: str) -> dict[str, str]:
+    """The launcher's layer report as `{layer: "active ..." | "unavailable: ..."}`, with
+    the states of the call's pids and memory cgroups (`Scratch.cgroup_state`,
+    `Scratch.memory_state`) where the launcher joined them or was given none."""
     report: dict[str, str] = {}
     for message in messages:
         layers = message.get("layers")
@@ -114,4 +122,6 @@ def flatten(messages: list[dict[str, Any]], cgroup_state: str) -> dict[str, str]
             report[str(layer)] = str(state)
     if report and report.get("pids_cgroup", "active") == "active":
         report["pids_cgroup"] = cgroup_state
+    if report and report.get("memory_cgroup", "active") == "active":
+        report["memory_cgroup"] = memory_state
     return report

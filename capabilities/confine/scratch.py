@@ -1,6 +1,6 @@
-"""A `shell.run` call's private TMPDIR and pids cgroup, and the removal of stale ones.
+"""A confined call's private TMPDIR, pids cgroup and memory cgroup, and the removal of stale ones.
 
-Each call gets both, removed when it ends; those of calls still running are removed at
+Each call gets them, removed when it ends; those of calls still running are removed at
 exit, and those left by engines that died mid-call are swept at the next start. A call may
 adopt a scratch made before it: the resident launcher's spare process waits in its
 cgroup, so that the call does not wait for the kernel to move a process into one.
@@ -19,37 +19,45 @@ import tempfile
 import time
 import uuid
 
-__all__ = ["Scratch", "pids_cgroup_base"]
+__all__ = ["Scratch", "memory_cgroup_base", "pids_cgroup_base"]
 
 _CGROUP_CLEANUP = 2.0  # seconds to empty and remove a call's pids cgroup
-_PIDS_V1 = "/sys/fs/cgroup/pids"
+_V1 = "/sys/fs/cgroup"  # one hierarchy per controller beneath it (cgroup v1)
+_LIMIT, _MEMSW = "memory.limit_in_bytes", "memory.memsw.limit_in_bytes"
 
 
 class Scratch:
-    """A call's private TMPDIR and pids cgroup, removed when the call ends (or at exit).
+    """A call's private TMPDIR, pids cgroup and memory cgroup, removed when the call ends
+    (or at exit).
 
     Made when the `with` block starts, or beforehand by `make()`: the resident launcher's
-    spare waits in the cgroup of a scratch made for the next call, which adopts it with
-    its own limit (`limit()`).
+    spare waits in the cgroups of a scratch made for the next call, which adopts them with
+    its own limits (`limit()`). The memory cgroup bounds the resident memory of the call's
+    processes together (`max_memory`, swap included); where there is none, the launcher
+    limits each process's address space instead (RLIMIT_AS).
     """
 
-    def __init__(self, max_processes: int) -> None:
+    def __init__(self, max_processes: int, max_memory: int) -> None:
         self._max = max_processes
+        self.max_memory = max_memory
         self.handed_over = False
         self.tmpdir = ""
         self.cgroup: str | None = None
         self.cgroup_state = "unavailable: not set up"
+        self.memory_cgroup: str | None = None
+        self.memory_state = "unavailable: not set up"
 
     def make(self) -> Scratch:
-        """Make the TMPDIR and the cgroup (limited to `max_processes`) now."""
+        """Make the TMPDIR and the cgroups (limited to `max_processes` and `max_memory`)."""
         _sweep_stale_scratch()
         self.tmpdir = tempfile.mkdtemp(prefix=f"planloom-shell-{os.getpid()}-")
         _LIVE_SCRATCH.add(self)
         self.cgroup, self.cgroup_state = _new_cgroup(self._max)
+        self.memory_cgroup, self.memory_state = _new_memory_cgroup(self.max_memory)
         return self
 
-    def limit(self, max_processes: int) -> Scratch:
-        """Limit the cgroup, made earlier, to `max_processes` (the adopting call's grant)."""
+    def limit(self, max_processes: int, max_memory: int) -> Scratch:
+        """Limit the cgroups, made earlier, to the adopting call's grant."""
         if max_processes != self._max and self.cgroup is not None:
             self._max = max_processes
             try:
@@ -59,7 +67,31 @@ class Scratch:
             except OSError as exc:
                 # Said, not hidden: processes then keep the limit it was made with.
                 self.cgroup_state = f"unavailable: {self.cgroup}/pids.max: {exc.strerror}"
+        if max_memory != self.max_memory and self.memory_cgroup is not None:
+            lowering = max_memory < self.max_memory
+            self.max_memory = max_memory
+            try:
+                _limit_memory(self.memory_cgroup, max_memory, lowering)
+                self.memory_state = _memory_active(max_memory)
+            except OSError as exc:
+                # The launcher falls back to RLIMIT_AS for a cgroup it is not told of.
+                self.memory_state = f"unavailable: {self.memory_cgroup}: {exc.strerror}"
+                _remove_cgroup(self.memory_cgroup)
+                self.memory_cgroup = None
         return self
+
+    def went_over_memory(self) -> bool:
+        """Whether the kernel's OOM killer killed a process of the call for its memory
+        cgroup's limit (asked before the scratch is removed)."""
+        if self.memory_cgroup is None:
+            return False
+        try:
+            with open(os.path.join(self.memory_cgroup, "memory.oom_control")) as file:
+                lines = file.read().splitlines()
+        except OSError:
+            return False
+        counts = dict(line.split(" ", 1) for line in lines if " " in line)
+        return counts.get("oom_kill", "0").strip() not in ("", "0")
 
     def __enter__(self) -> Scratch:
         return self if self.tmpdir else self.make()
@@ -85,8 +117,9 @@ class Scratch:
     def remove(self) -> None:
         _LIVE_SCRATCH.discard(self)
         shutil.rmtree(self.tmpdir, ignore_errors=True)
-        if self.cgroup is not None:
-            _remove_cgroup(self.cgroup)
+        for cgroup in (self.cgroup, self.memory_cgroup):
+            if cgroup is not None:
+                _remove_cgroup(cgroup)
 
 
 def _new_cgroup(max_processes: int) -> tuple[str | None, str]:
@@ -106,6 +139,42 @@ def _new_cgroup(max_processes: int) -> tuple[str | None, str]:
             os.rmdir(path)
         return None, f"unavailable: {path}: {exc.strerror}"
     return path, f"active (max {max_processes})"
+
+
+def _new_memory_cgroup(max_memory: int) -> tuple[str | None, str]:
+    """A new memory cgroup limited to `max_memory` bytes (swap included where the kernel
+    accounts for it, so swapping does not dodge the limit), named as `_new_cgroup` names
+    its, and its state for the call's report."""
+    base, why = memory_cgroup_base()
+    if base is None:
+        return None, f"unavailable: {why}; max_memory is each process's address space"
+    path = os.path.join(base, f"planloom-{os.getpid()}-{uuid.uuid4().hex[:12]}")
+    try:
+        os.mkdir(path)
+        _limit_memory(path, max_memory, lowering=True)
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            os.rmdir(path)
+        return (
+            None,
+            f"unavailable: {path}: {exc.strerror}; max_memory is each process's address space",
+        )
+    return path, _memory_active(max_memory)
+
+
+def _memory_active(max_memory: int) -> str:
+    return f"active (max {max_memory >> 20} MiB for the call's processes together; no RLIMIT_AS)"
+
+
+def _limit_memory(path: str, max_memory: int, lowering: bool) -> None:
+    """Set the memory cgroup `path`'s limits; the kernel wants the memory limit never above
+    the memory+swap one, so which is written first depends on the direction."""
+    files = [_LIMIT]
+    if os.path.exists(os.path.join(path, _MEMSW)):
+        files.append(_MEMSW)
+    for name in files if lowering else reversed(files):
+        with open(os.path.join(path, name), "w") as file:
+            file.write(str(max_memory))
 
 
 def _remove_cgroup(path: str) -> None:
@@ -141,18 +210,17 @@ def _sweep_stale_scratch() -> None:
     `setsid` descendant outlives a `kill -9` of the engine): they are killed first, for at
     most `_CGROUP_CLEANUP` seconds in all, then the cgroups are removed.
     """
-    base, _ = pids_cgroup_base()
-    places = [(tempfile.gettempdir(), "planloom-shell-"), (base, "planloom-")]
+    bases = [pids_cgroup_base()[0], memory_cgroup_base()[0]]
+    places = [(tempfile.gettempdir(), "planloom-shell-")]
+    places += [(base, "planloom-") for base in bases if base is not None]
     stale_cgroups = []
     for folder, prefix in places:
-        if folder is None:
-            continue
         with contextlib.suppress(OSError):
             for entry in os.scandir(folder):
                 pid = entry.name.removeprefix(prefix).split("-", 1)[0]
                 if not entry.name.startswith(prefix) or not pid.isdigit() or _pid_alive(pid):
                     continue
-                if folder == base:
+                if folder in bases:
                     stale_cgroups.append(entry.path)
                 else:
                     shutil.rmtree(entry.path, ignore_errors=True)
@@ -197,6 +265,16 @@ def _sweep_cgroup(path: str) -> bool:
 @functools.cache
 def pids_cgroup_base() -> tuple[str | None, str]:
     """The writable pids cgroup (v1) folder this process belongs to, or why there is none."""
+    return _cgroup_base("pids")
+
+
+@functools.cache
+def memory_cgroup_base() -> tuple[str | None, str]:
+    """The writable memory cgroup (v1) folder this process belongs to, or why there is none."""
+    return _cgroup_base("memory")
+
+
+def _cgroup_base(controller: str) -> tuple[str | None, str]:
     try:
         with open("/proc/self/cgroup") as file:
             lines = file.read().splitlines()
@@ -204,11 +282,11 @@ def pids_cgroup_base() -> tuple[str | None, str]:
         return None, f"/proc/self/cgroup: {exc.strerror}"
     for line in lines:
         _id, controllers, path = line.split(":", 2)
-        if "pids" in controllers.split(","):
-            base = os.path.join(_PIDS_V1, path.lstrip("/"))
+        if controller in controllers.split(","):
+            base = os.path.join(_V1, controller, path.lstrip("/"))
             if not os.path.isfile(os.path.join(base, "cgroup.procs")):
-                return None, f"{base} is not a mounted pids cgroup"
+                return None, f"{base} is not a mounted {controller} cgroup"
             if not os.access(base, os.W_OK):
                 return None, f"{base} is not writable"
             return base, ""
-    return None, "no pids cgroup v1 controller (cgroup v2 delegation is not supported)"
+    return None, f"no {controller} cgroup v1 controller (cgroup v2 delegation is not supported)"

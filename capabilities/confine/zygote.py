@@ -146,9 +146,9 @@ class Zygote:
         spare.discard(scratch=False)
         return None
 
-    async def prepare_spare(self, max_processes: int) -> None:
+    async def prepare_spare(self, max_processes: int, max_memory: int) -> None:
         """Ask the running zygote for a spare for the next call, if none is waiting
-        (`max_processes` limits its cgroup until a call adopts it).
+        (`max_processes` and `max_memory` limit its cgroups until a call adopts them).
 
         Under the lock, and published only once asked for. Meant for just after a call
         has started: its scratch is made while that call runs.
@@ -157,11 +157,12 @@ class Zygote:
             control = self._control
             if self._spare is not None or self._closed or control is None:
                 return
-            scratch = Scratch(max_processes).make()
+            scratch = Scratch(max_processes, max_memory).make()
             reply, reply_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             call, call_theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             spare = Spare(scratch, reply, call)
-            header = json.dumps({"spare": {"cgroup": scratch.cgroup}}).encode()
+            cgroups = {"cgroup": scratch.cgroup, "memory_cgroup": scratch.memory_cgroup}
+            header = json.dumps({"spare": cgroups}).encode()
             try:
                 reply.setblocking(False)
                 await send(control, header, [reply_theirs.fileno(), call_theirs.fileno()])

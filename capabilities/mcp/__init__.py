@@ -109,7 +109,8 @@ async def _listing(grant: BaseModel, base_dir: Path) -> Listing:
         if isinstance(tools, MissingVariable):
             problems.append((("servers", name, "headers_from_env"), str(tools), ""))
         elif isinstance(tools, ConfigurationError):
-            problems.append((("servers", name), str(tools), _start_hint(spec)))
+            hint = getattr(tools, "hint", None) or _start_hint(spec)
+            problems.append((("servers", name), str(tools), hint))
         elif isinstance(tools, BaseException):
             raise tools
         else:
@@ -298,9 +299,11 @@ async def _call(
     )
     if result.is_error:
         text = "\n".join(str(b.get("text", "")) for b in content if b.get("type") == "text")
+        tail = servers.stderr_tail(server)
+        stderr = "" if tail is None else f"\nlast lines of its stderr:\n{tail}"
         raise StepFailed(
             f"{FAMILY}.{server}.{tool}: the tool reported an error: "
-            f"{text.strip() or '(no message)'}",
+            f"{text.strip() or '(no message)'}{stderr}",
             step_id=ctx.step_id,
         )
     return result

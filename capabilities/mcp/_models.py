@@ -114,7 +114,10 @@ class StdioServer(_Server):
         description="Protected entries under cwd (.git, .env*) it may write, as globs.",
     )
     max_memory: int = Field(
-        default=2 << 30, ge=64 << 20, description="Bytes of memory the server may use."
+        default=2 << 30,
+        ge=64 << 20,
+        description="Bytes of memory the server's processes may use together (a memory "
+        "cgroup; each process's address space where there is none).",
     )
     max_file_size: int = Field(
         default=1 << 30, ge=0, description="Largest file, in bytes, the server may write."

@@ -1,10 +1,7 @@
-"""Connecting to MCP servers: start or reach one, list its tools, and keep one session per run.
+"""The MCP servers of a run: list their tools, and keep one session per server per run.
 
-A stdio server's program is resolved (planloom's own bin folder first, so `python3` is the
-interpreter planloom runs on; then a fixed safe PATH; or a path relative to the recipe
-folder) and started confined by `_stdio.ConfinedStdio`. An HTTP server is reached
-through a client pinned to its checked address (`_http`). Both speak MCP through the
-SDK's `mcp.Client`.
+Connecting to one server (its confined launch, the client, words for its failures) is
+`_connect`'s.
 
 `Servers` is the family's per-run state: the first call to a server connects to it, later
 calls reuse that session, and the run's end stops every server with its process tree. A
@@ -23,165 +20,26 @@ import asyncio
 import contextlib
 import fnmatch
 import json
-import os
-import sys
-from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import anyio
 import mcp_types
 from mcp import Client
-from mcp.client.streamable_http import streamable_http_client
 
-from capabilities.confine.env import SAFE_PATH, is_refused_env
+from capabilities.mcp._connect import Connection, ServerFailed, describe, session, with_tail
 from capabilities.mcp._home import keeping, on_home, park, unpark
-from capabilities.mcp._http import checked_client
-from capabilities.mcp._models import FAMILY, MAX_NESTING, McpGrant, Server, StdioServer, nesting
-from capabilities.mcp._stdio import ConfinedStdio, StdioLaunch
+from capabilities.mcp._models import FAMILY, MAX_NESTING, McpGrant, Server, nesting
 from engine.errors import CapabilityDenied, ConfigurationError, StepFailed
 
-__all__ = ["Connection", "Servers", "list_tools", "session"]
+__all__ = ["Servers", "list_tools"]
 
-_CLIENT = mcp_types.Implementation(name="planloom", version="0.1.0")
 _MAX_TOOLS = 1000  # tools taken from one server
 _MAX_PAGES = 100  # pages of tools/list
 _MAX_NAME = 128  # characters of a tool's name kept (longer names are not usable)
 _MAX_TEXT = 2000  # characters of a tool's title and description kept
 _MAX_SCHEMA = 256 * 1024  # bytes of one inputSchema (as JSON)
 _STOP_GRACE = 10.0  # seconds a session may take to wind down
-_FAILURE_POLLS, _FAILURE_POLL = 20, 0.025  # how long to wait for a dead server's exit report
-
-
-def _bin_path() -> str:
-    return f"{os.path.dirname(os.path.abspath(sys.executable))}:{SAFE_PATH}"
-
-
-def _program(command: str, base_dir: Path, name: str) -> str:
-    """The program's absolute path (not resolved through symlinks: a venv's python must
-    stay the venv's, to find its packages).
-
-    Raises:
-        ConfigurationError: not found, or not an executable file.
-    """
-    if "/" in command:
-        path = os.path.normpath(os.path.join(base_dir, command))
-        candidates = [path]
-    else:
-        candidates = [os.path.join(folder, command) for folder in _bin_path().split(":")]
-    for path in candidates:
-        if os.path.isfile(path) and os.access(path, os.X_OK):
-            return path
-    where = f"at {candidates[0]}" if "/" in command else f"in planloom's bin folder or {SAFE_PATH}"
-    raise ConfigurationError(
-        f"MCP server '{name}': program {command!r} is not an executable file {where}"
-    )
-
-
-def stdio_launch(name: str, spec: StdioServer, base_dir: Path) -> StdioLaunch:
-    """How to start a stdio server, checked.
-
-    Raises:
-        ConfigurationError: a missing program or folder, or a refused variable.
-    """
-    cwd = os.path.realpath(os.path.join(base_dir, spec.cwd))
-    if not os.path.isdir(cwd):
-        raise ConfigurationError(f"MCP server '{name}': cwd {spec.cwd!r} is not a folder")
-    refused = sorted(key for key in spec.env if is_refused_env(key))
-    if refused:
-        raise ConfigurationError(
-            f"MCP server '{name}': env names variables that are never passed to programs "
-            f"({', '.join(refused)}): loader, interpreter and shell hooks, search paths and "
-            "secret-looking names; remove them"
-        )
-    program = _program(spec.command[0], base_dir, name)
-    reads = {
-        os.path.realpath(sys.prefix),
-        os.path.realpath(sys.base_prefix),
-        os.path.dirname(program),
-        os.path.dirname(os.path.realpath(program)),
-        *(os.path.realpath(os.path.join(base_dir, extra)) for extra in spec.read_paths),
-    }
-    env = {"PATH": _bin_path(), "HOME": cwd, "LANG": "C.UTF-8", "LC_ALL": "C.UTF-8"}
-    env.update(spec.env)
-    return StdioLaunch(
-        server=name,
-        argv=[program, *spec.command[1:]],
-        cwd=cwd,
-        env=env,
-        network=spec.network,
-        reads=tuple(sorted(reads)),
-        rlimits={
-            "as": spec.max_memory,
-            "fsize": spec.max_file_size,
-            "nproc": spec.max_processes,
-            "core": 0,
-        },
-        max_processes=spec.max_processes,
-        protected=list(spec.protected),
-    )
-
-
-@dataclass(frozen=True)
-class Connection:
-    """A connected client, and (for a stdio server) its process's account of its end."""
-
-    client: Client
-    stdio: ConfinedStdio | None
-
-    async def failure(self) -> str | None:
-        """Why the server is gone, once its launcher has said (waits a moment for it)."""
-        if self.stdio is None:
-            return None
-        for _ in range(_FAILURE_POLLS):
-            why = self.stdio.failure()
-            if why is not None:
-                return why
-            await asyncio.sleep(_FAILURE_POLL)
-        return None
-
-
-@contextlib.asynccontextmanager
-async def session(name: str, spec: Server, base_dir: Path) -> AsyncIterator[Connection]:
-    """A connected, initialised client for one server; leaving it stops the server.
-
-    Raises:
-        ConfigurationError: the server cannot be started or reached, or answers wrongly;
-            the message says which and, for a stdio server, shows its stderr.
-    """
-    stdio: ConfinedStdio | None = None
-    async with contextlib.AsyncExitStack() as stack:
-        try:
-            if isinstance(spec, StdioServer):
-                stdio = ConfinedStdio(stdio_launch(name, spec, base_dir))
-                transport: Any = stdio
-            else:
-                http = await checked_client(spec, name, spec.startup_timeout)
-                stack.push_async_callback(http.aclose)
-                transport = streamable_http_client(spec.url, http_client=http)
-            client = Client(transport, client_info=_CLIENT, cache=None)
-            await stack.enter_async_context(client)
-        except ConfigurationError:
-            raise
-        except Exception as exc:  # the SDK's and the transport's many ways to fail
-            raise ConfigurationError(_cannot_start(name, spec, exc, stdio)) from None
-        yield Connection(client, stdio)
-
-
-def _cannot_start(name: str, spec: Server, exc: BaseException, stdio: ConfinedStdio | None) -> str:
-    what = "start" if isinstance(spec, StdioServer) else f"reach {spec.url}"
-    detail = _describe(exc)
-    why = stdio.failure() if stdio is not None else None
-    if why:
-        return f"MCP server '{name}' did not start: {why}"
-    return f"MCP server '{name}': could not {what}: {detail}"
-
-
-def _describe(exc: BaseException) -> str:
-    if isinstance(exc, BaseExceptionGroup):
-        return "; ".join(_describe(inner) for inner in exc.exceptions)
-    return f"{type(exc).__name__}: {exc}" if str(exc) else type(exc).__name__
 
 
 async def list_tools(name: str, spec: Server, base_dir: Path) -> list[dict[str, Any]]:
@@ -214,8 +72,10 @@ async def _list_tools(name: str, spec: Server, base_dir: Path) -> list[dict[str,
             except ConfigurationError as exc:
                 problem = exc
             except Exception as exc:  # an error answer, a crash, a broken line...
-                why = await connection.failure() or _describe(exc)
-                problem = ConfigurationError(f"MCP server '{name}' failed to list its tools: {why}")
+                why = await connection.failure() or with_tail(describe(exc), connection)
+                problem = ServerFailed(
+                    f"MCP server '{name}' failed to list its tools: {why}", connection.advice()
+                )
     except TimeoutError:
         problem = ConfigurationError(
             f"MCP server '{name}' did not answer within startup_timeout "
@@ -408,7 +268,10 @@ class Servers:
             ) from None
         except ConfigurationError as exc:
             self._forget(server, current)
-            raise StepFailed(f"{FAMILY}.{server}.{tool}: {exc}") from None
+            hint = exc.hint if isinstance(exc, ServerFailed) and exc.hint else None
+            raise StepFailed(
+                f"{FAMILY}.{server}.{tool}: {exc}{f'; {hint}' if hint else ''}"
+            ) from None
         who = f"{FAMILY}.{server}.{tool}"
         # (a server over HTTP: its files are not in this machine's folders)
         stdio = connection.stdio
@@ -420,11 +283,22 @@ class Servers:
             raise
         except Exception as exc:
             self._forget(server, current)
-            why = await connection.failure() or _describe(exc)
+            why = await connection.failure() or with_tail(describe(exc), connection)
+            advice = connection.advice()
             await current.stop()
             raise _BrokeOff(
                 f"{FAMILY}.{server}.{tool}: the server broke off the call: {why}"
+                + (f"; {advice}" if advice else "")
             ) from None
+
+    def stderr_tail(self, server: str) -> str | None:
+        """The last lines of `server`'s stderr, if it is a connected stdio server that
+        wrote any: for a call that failed while the server lives on."""
+        current = self._sessions.get(server)
+        ready = None if current is None else current.ready
+        if ready is None or not ready.done() or ready.cancelled() or ready.exception():
+            return None
+        return ready.result().stderr_tail()
 
     def _forget(self, server: str, which: _Session) -> None:
         if self._sessions.get(server) is which:

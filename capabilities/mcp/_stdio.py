@@ -34,7 +34,7 @@ from mcp.client._transport import TransportStreams
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
-from capabilities.confine.launch import flatten
+from capabilities.confine.launch import flatten, readable_paths
 from capabilities.confine.scratch import Scratch
 from capabilities.mcp._stdio_process import (
     StdioLaunch,
@@ -46,6 +46,7 @@ from capabilities.mcp._stdio_process import (
     watched_call,
     watched_folder,
 )
+from capabilities.mcp._unreadable import unreadable_folder
 
 __all__ = ["MAX_LINE", "ConfinedStdio", "StdioLaunch"]
 
@@ -75,6 +76,7 @@ class ConfinedStdio:
         self.layers: dict[str, str] = {}
         self._messages: list[dict[str, Any]] = []
         self._stderr = bytearray()
+        self._over_memory = False  # the kernel killed it for its memory cgroup's limit
         self._ended: str | None = None  # why this side ended the connection
         self._stopping = False
         self._stack: contextlib.AsyncExitStack | None = None
@@ -123,12 +125,26 @@ class ConfinedStdio:
         why = self._why()
         if why is None:
             return None
+        return f"{why}; last lines of its stderr:\n{self.stderr_tail()}"
+
+    def has_stderr(self) -> bool:
+        """Whether the server has written anything but blanks on its stderr."""
+        return bool(self._stderr.strip())
+
+    def stderr_tail(self) -> str:
+        """The last lines of the server's stderr so far (bounded), or a note of none."""
         tail = self._stderr.decode("utf-8", errors="replace").rstrip("\n").splitlines()
         text = "\n".join(tail[-_TAIL_LINES:])
         if len(text.encode()) > _TAIL_BYTES:
             text = text.encode()[-_TAIL_BYTES:].decode("utf-8", errors="ignore")
-        stderr = text if text.strip() else "(no stderr output)"
-        return f"{why}; last lines of its stderr:\n{stderr}"
+        return text if text.strip() else "(no stderr output)"
+
+    def unreadable(self) -> str | None:
+        """The folder of the server's own files it could not read (its stderr names a
+        file here that lies outside the folders it may read), if it says so."""
+        readable = [*readable_paths(list(self._launch.reads)), self._launch.cwd]
+        text = self._stderr.decode("utf-8", errors="replace")
+        return unreadable_folder(text, readable)
 
     def _why(self) -> str | None:
         for message in self._messages:
@@ -136,6 +152,9 @@ class ConfinedStdio:
                 return f"its sandbox could not be set up: {message['setup_error']}"
             if "exec_error" in message:
                 return f"cannot execute {self._launch.argv[0]}: {message['exec_error']}"
+        if self._over_memory:
+            limit = int(self._launch.rlimits["as"]) >> 20
+            return f"was killed: it went over max_memory ({limit} MiB)"
         for message in self._messages:
             if "exit" in message:
                 return f"exited with code {message['exit']}"
@@ -157,7 +176,7 @@ class ConfinedStdio:
     @contextlib.asynccontextmanager
     async def _connect(self) -> AsyncIterator[TransportStreams]:
         async with watched_folder(self._launch) as protected:
-            with Scratch(self._launch.max_processes) as scratch:
+            with Scratch(self._launch.max_processes, self._launch.rlimits["as"]) as scratch:
                 process, status_fd = await spawn(self._launch, scratch, protected)
                 self.pid = process.pid
                 try:
@@ -233,6 +252,7 @@ class ConfinedStdio:
                 launcher_gone.set()
             # The server is gone: end what is left of its tree (without a PID namespace,
             # descendants may hold stdout open), then the connection.
+            self._over_memory = self._over_memory or scratch.went_over_memory()
             kill_group(process.pid)
             await scratch.empty_cgroup()
             with anyio.move_on_after(_SETTLE):
@@ -292,7 +312,9 @@ class ConfinedStdio:
 
     def _received(self, messages: list[dict[str, Any]], scratch: Scratch) -> None:
         self._messages = messages
-        self.layers = flatten(messages, scratch.cgroup_state)
+        if any("signal" in message for message in messages):
+            self._over_memory = scratch.went_over_memory()
+        self.layers = flatten(messages, scratch.cgroup_state, scratch.memory_state)
 
     def _too_long(self) -> bool:
         self._end(

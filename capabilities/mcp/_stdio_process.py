@@ -58,7 +58,8 @@ class StdioLaunch:
             and no TCP under Landlock).
         reads: further folders it may read (a venv, its program's folder, ...).
         rlimits: `{"as": bytes, "fsize": bytes, "nproc": n, "core": 0}`; no CPU limit, as
-            a server lives for the whole run.
+            a server lives for the whole run. `as` (`max_memory`) limits its memory
+            cgroup, and each process's address space only where there is none.
         max_processes: the limit of its pids cgroup.
         protected: globs of the protected entries beneath `cwd` it may write; the others
             are mounted read-only.
@@ -151,6 +152,7 @@ async def spawn(launch: StdioLaunch, scratch: Scratch, protected: Scan) -> tuple
         "rlimits": dict(launch.rlimits),
         **files_config(launch.cwd, scratch.tmpdir, list(launch.reads), protected),
         "cgroup": scratch.cgroup,
+        "memory_cgroup": scratch.memory_cgroup,
     }
     status_r, status_w = os.pipe()
     config_fd = -1

@@ -22,13 +22,14 @@ Each call is checked before anything runs:
   interpreter and secret variables are refused even when a grant asks for them (B9).
 
 The program is started by the code of `capabilities/confine/_launcher.py` (a `python -I -S`
-script), which puts it in new user, PID, mount and network namespaces, a pids cgroup,
-`no_new_privs`, rlimits (address space, file size, CPU, core) and Landlock (writes only
-beneath the granted folder, reads only from system folders, the /etc files programs need
-and that folder, no TCP) before `exec`. Layers the kernel does not offer are skipped and
-listed as unavailable in `ShellResult.confinement` and in `confinement_report()`, never
-silently. Within a run, the family's scope keeps a resident launcher
-(`capabilities/confine/_zygote.py`, started by the run's first call, stopped when the run
+script), which puts it in new user, PID, mount and network namespaces, a pids cgroup, a
+memory cgroup (`max_memory` for the call's processes together; where there is none, an
+address-space rlimit instead), `no_new_privs`, rlimits (file size, CPU, core) and Landlock
+(writes only beneath the granted folder, reads only from system folders, the /etc files
+programs need and that folder, no TCP) before `exec`. Layers the kernel does not offer are
+skipped and listed as unavailable in `ShellResult.confinement` and in
+`confinement_report()`, never silently. Within a run, the family's scope keeps a resident
+launcher (`capabilities/confine/_zygote.py`, started by the run's first call, stopped when the run
 ends) that forks each call's launcher instead of starting an interpreter per call, and
 prepares a spare for the next call without network (see `_zygote.py` for what is shared
 and what is per call); a call from outside a run starts the launcher as a script.

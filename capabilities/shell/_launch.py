@@ -48,6 +48,7 @@ def launcher_config(
         "rlimits": rlimits,
         **files_config(root, scratch.tmpdir, reads, protected),
         "cgroup": scratch.cgroup,
+        "memory_cgroup": scratch.memory_cgroup,
     }
 
 
@@ -74,11 +75,11 @@ class Outcome:
             if "signal" in message:
                 self.exit_code = -int(message["signal"])
 
-    def result(self, cgroup_state: str) -> ShellResult:
+    def result(self, scratch: Scratch) -> ShellResult:
         return ShellResult(
             exit_code=self.exit_code,
             stdout=self.stdout,
             stderr=self.stderr,
             truncated=self.truncated,
-            confinement=flatten(self.messages, cgroup_state),
+            confinement=flatten(self.messages, scratch.cgroup_state, scratch.memory_state),
         )

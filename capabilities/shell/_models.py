@@ -48,7 +48,10 @@ class ShellGrant(BaseModel):
             and any they create is removed and fails the call (rule `shell.protected`).
             A glob opens a whole entry: `.git/**` (or `sub/.git/**`) a repository, `.env`
             one file.
-        max_memory: address-space limit per process, in bytes (RLIMIT_AS).
+        max_memory: memory the call's processes may use together, in bytes: the limit of
+            its memory cgroup (resident memory, swap included), or, on a machine without
+            a writable memory cgroup, each process's address space (RLIMIT_AS). A program
+            the kernel kills for it fails the step, saying it went over max_memory.
         max_file_size: largest file a child may write, in bytes (RLIMIT_FSIZE).
         max_processes: most processes (and threads) a call may have at once (pids cgroup).
     """
@@ -158,7 +161,7 @@ class ShellResult(BaseModel):
             seen with `check: false`: otherwise such a run fails the step.
         confinement: each confinement layer and its state for this call: "active ..." or
             "unavailable: <reason>" (user/pid/mount/network namespaces, proc_mount,
-            protected_paths, pids_cgroup, no_new_privs, rlimits, landlock).
+            protected_paths, pids_cgroup, memory_cgroup, no_new_privs, rlimits, landlock).
     """
 
     model_config = ConfigDict(extra="forbid")

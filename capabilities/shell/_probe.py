@@ -35,7 +35,7 @@ def confinement_report() -> dict[str, str]:
         # One protected file, so the probe mounts one read-only as a real call would.
         Path(real, ".env").touch()
         protected = protected_entries.scan(real, [])
-        with Scratch(grant.max_processes) as scratch:
+        with Scratch(grant.max_processes, grant.max_memory) as scratch:
             config = launcher_config(grant, ctx, real, program, scratch, protected)
             status_r, status_w = os.pipe()
             command, config_fd = launcher_command(config, status_w, [program])
@@ -57,7 +57,7 @@ def confinement_report() -> dict[str, str]:
                 os.close(config_fd)
             with io.FileIO(status_r, "rb") as pipe:
                 messages = parse_status(pipe.read(STATUS_LIMIT))
-            report = flatten(messages, scratch.cgroup_state)
+            report = flatten(messages, scratch.cgroup_state, scratch.memory_state)
     if report.get("protected_paths", "").startswith("active"):
         report["protected_paths"] = f"active (read-only bind mounts of {protected_entries.WHAT})"
     if proc.returncode != 0 and not report:

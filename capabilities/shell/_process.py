@@ -182,12 +182,12 @@ async def _launch_resident(
             if spare is not None:  # not given the call: nobody else will let it go
                 spare.discard(scratch=False)
     # While the call runs: a spare for the next one, for calls without network (its
-    # cgroup gets this call's limit until a call adopts it).
-    spare_limit = int(config["rlimits"]["nproc"])
+    # cgroups get this call's limits until a call adopts them).
+    spare_limits = int(config["rlimits"]["nproc"]), int(config["rlimits"]["as"])
 
     async def prepare() -> None:
         if not config["network"]:
-            await zygote.prepare_spare(spare_limit)
+            await zygote.prepare_spare(*spare_limits)
 
     try:
         outcome = await _supervise(call, (out_r, err_r, status_r), name, max_output, ctx, prepare)

@@ -44,7 +44,8 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
         StepTimeout: the command ran past `ctx.timeout` seconds; every process it started
             is killed.
         StepFailed: the program could not be started or the sandbox could not be set up,
-            or, with `check`, it exited non-zero or its output passed `max_output`.
+            the kernel killed it for going over `max_memory`, or, with `check`, it exited
+            non-zero or its output passed `max_output`.
     """
     from capabilities.shell._process import launch  # a call's, not every command's
 
@@ -59,16 +60,17 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
         # A spare (a process of the zygote's already in a cgroup and namespaces of its
         # own) serves only calls without network: its network namespace is empty.
         spare = zygote.take_spare() if zygote is not None and not grant.network else None
-        made = Scratch(grant.max_processes) if spare is None else spare.scratch
-        with made.limit(grant.max_processes) as scratch:
+        made = Scratch(grant.max_processes, grant.max_memory) if spare is None else spare.scratch
+        with made.limit(grant.max_processes, grant.max_memory) as scratch:
             env["TMPDIR"] = scratch.tmpdir
             config = launcher_config(grant, ctx, root, program, scratch, protected)
             resident = None if zygote is None else (zygote, spare, scratch)
             limit = grant.max_output
             outcome = await launch(argv, config, workdir, env, limit, name, ctx, resident)
+            over_memory = scratch.went_over_memory()
             if not scratch.handed_over:
                 await scratch.empty_cgroup()
-    result = outcome.result(scratch.cgroup_state)
+    result = outcome.result(scratch)
     if outcome.setup_error is not None:
         raise StepFailed(
             f"{ACTION}: the sandbox for {name!r} could not be set up: {outcome.setup_error}",
@@ -81,6 +83,9 @@ async def run(params: ShellParams, ctx: CallContext) -> ShellResult:
         )
     if params.check and result.truncated:
         raise StepFailed(_truncated_message(name, grant.max_output), step_id=ctx.step_id)
+    if over_memory and result.exit_code != 0:
+        # Whatever `check` says: the program did not end by itself, and its output is cut.
+        raise StepFailed(_over_memory_message(name, result, grant.max_memory), step_id=ctx.step_id)
     if params.check and result.exit_code != 0:
         raise StepFailed(_failure_message(name, result), step_id=ctx.step_id)
     return result
@@ -149,6 +154,16 @@ def _truncated_message(name: str, limit: int) -> str:
         "there and the program killed; raise `max_output` in the `shell` grant, narrow the "
         "output (fewer files, a filter such as `head -n 100`, a quieter option), or set "
         "`check: false` on the step to keep what was read (with `truncated: true`)"
+    )
+
+
+def _over_memory_message(name: str, result: ShellResult, max_memory: int) -> str:
+    tail = result.stderr.rstrip("\n").splitlines()[-_STDERR_TAIL_LINES:]
+    stderr = "\n".join(tail) if tail else "(no stderr output)"
+    return (
+        f"{ACTION}: {name!r} was killed: it went over max_memory ({max_memory >> 20} MiB), "
+        "the memory its processes may use together; raise `max_memory` in the `shell` "
+        f"grant or make the program use less; last lines of stderr:\n{stderr}"
     )
 
 
