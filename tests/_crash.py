@@ -34,7 +34,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from _procs import PLANLOOM, alive, env, pids_with, planloom
+from _forkserver import Forked
+from _procs import alive, background, env, pids_with, planloom
 
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ToolCall
 
@@ -401,21 +402,17 @@ class Crash:
     def model_flags(self) -> list[str]:
         return ["--base-url", self.server.base_url, "--model", "m"]
 
-    def start(self, *args: str, name: str) -> subprocess.Popen[bytes]:
+    def start(self, *args: str, name: str) -> subprocess.Popen[bytes] | Forked:
         """`planloom ARGS --yes --json` with the model flags, in the background."""
         out = (self.folder / f"{name}.out").open("wb")
         err = (self.folder / f"{name}.err").open("wb")
         with out, err:
-            return subprocess.Popen(
-                [PLANLOOM, *args, "--yes", "--json", *self.model_flags()],
-                cwd=self.folder,
-                env=self.environ(),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
+            return background(
+                *args, "--yes", "--json", *self.model_flags(),
+                cwd=self.folder, environ=self.environ(), stdout=out, stderr=err,
+            )  # fmt: skip
 
-    def run(self) -> subprocess.Popen[bytes]:
+    def run(self) -> subprocess.Popen[bytes] | Forked:
         # With the chat probe, which the "before-plan" moment holds (begun, no plan yet).
         return self.start("run", self.recipe.name, "--preflight", "chat", name="run")
 
@@ -463,7 +460,9 @@ class Crash:
         path = self.folder / "ledger.txt"
         return path.read_text().splitlines() if path.exists() else []
 
-    def kill_at(self, proc: subprocess.Popen[bytes], moment: Moment, since: int = -1) -> Killed:
+    def kill_at(
+        self, proc: subprocess.Popen[bytes] | Forked, moment: Moment, since: int = -1
+    ) -> Killed:
         """Hold what `moment` says, wait for it, kill -9 `proc`, release, look."""
         self.release.clear()
         self.pages.release.clear()

@@ -18,7 +18,8 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from _procs import PLANLOOM, TIMEOUT, env, marker_seconds, pids_with, planloom
+from _forkserver import Forked
+from _procs import TIMEOUT, background, env, marker_seconds, pids_with, planloom
 
 from engine.app.sqlite_store import entry_hash, first_hash, open_store
 from engine.store import RunRecord
@@ -63,25 +64,21 @@ class Lab:
 
     def start(
         self, *args: str | Path, environ: Mapping[str, str] | None = None, name: str = "run"
-    ) -> subprocess.Popen[bytes]:
+    ) -> subprocess.Popen[bytes] | Forked:
         """`planloom ARGS --store s.db` in the background, output to `NAME.out`/`.err`."""
         out = (self.folder / f"{name}.out").open("wb")
         err = (self.folder / f"{name}.err").open("wb")
         with out, err:
-            return subprocess.Popen(
-                [PLANLOOM, *map(str, args), "--store", str(self.store)],
-                cwd=self.folder,
-                env=dict(environ or self.environ),
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-            )
+            return background(
+                *args, "--store", self.store, cwd=self.folder,
+                environ=dict(environ or self.environ), stdout=out, stderr=err,
+            )  # fmt: skip
 
     def output(self, name: str) -> str:
         return (self.folder / f"{name}.err").read_text(errors="replace")
 
     def wait_for(
-        self, proc: subprocess.Popen[bytes], moment: Callable[[], bool], what: str
+        self, proc: subprocess.Popen[bytes] | Forked, moment: Callable[[], bool], what: str
     ) -> None:
         """Return once `moment()` holds; fail if `proc` ends first or it never comes."""
         deadline = time.monotonic() + WATCH
@@ -96,7 +93,7 @@ class Lab:
 
     def stop_when(
         self,
-        proc: subprocess.Popen[bytes],
+        proc: subprocess.Popen[bytes] | Forked,
         moment: Callable[[], bool],
         what: str,
         sig: int = signal.SIGKILL,

@@ -25,6 +25,7 @@ import io
 import json
 import os
 import pkgutil
+import select
 import selectors
 import shutil
 import signal
@@ -34,10 +35,11 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 import traceback
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 _HEADER = struct.Struct("!I")
 _STARTUP = ("PYTHON", "LC_", "LANG")  # read by the interpreter before any code runs
@@ -90,6 +92,8 @@ def _child(request: dict[str, Any], fds: list[int]) -> None:
         for target, fd in enumerate(fds):
             os.dup2(fd, target)
             os.close(fd)
+        if request.get("session"):
+            os.setsid()
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -210,6 +214,38 @@ class ForkServer:
             return False
         return not self._environ or startup(environ) == startup(self._environ)
 
+    def _send(
+        self,
+        argv: Sequence[str],
+        cwd: Path,
+        environ: dict[str, str],
+        streams: tuple[int, int, int],
+        rlimits: Sequence[tuple[str, int, int]] = (),
+        session: bool = False,
+    ) -> tuple[socket.socket, int]:
+        """Ask for a fork running `argv` with `streams` as its stdin, stdout and stderr: the
+        connection its exit status will come on, and its pid."""
+        with self._lock:
+            if self._proc is None or self._proc.poll() is not None:
+                self._start(environ)
+        request = {
+            "argv": list(argv),
+            "cwd": str(cwd),
+            "env": environ,
+            "rlimits": list(rlimits),
+            "session": session,
+        }
+        body = json.dumps(request).encode()
+        conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            conn.connect(self._path)
+            socket.send_fds(conn, [_HEADER.pack(len(body)) + body], list(streams))
+            (pid,) = _HEADER.unpack(_recv_exactly(conn, _HEADER.size))
+        except BaseException:
+            conn.close()
+            raise
+        return conn, pid
+
     def run(
         self,
         argv: Sequence[str],
@@ -219,38 +255,148 @@ class ForkServer:
         timeout: float,
         rlimits: Sequence[tuple[str, int, int]] = (),
     ) -> subprocess.CompletedProcess[str]:
-        with self._lock:
-            if self._proc is None or self._proc.poll() is not None:
-                self._start(environ)
-        request = {
-            "argv": list(argv),
-            "cwd": str(cwd),
-            "env": environ,
-            "rlimits": list(rlimits),
-        }
-        body = json.dumps(request).encode()
+        """`subprocess.run(argv, capture_output=True, text=True, stdin=DEVNULL, timeout=)`."""
         with (
             tempfile.TemporaryFile() as out,
             tempfile.TemporaryFile() as err,
             open(os.devnull, "rb") as devnull,
-            socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn,
         ):
-            conn.connect(self._path)
-            socket.send_fds(
-                conn,
-                [_HEADER.pack(len(body)) + body],
-                [devnull.fileno(), out.fileno(), err.fileno()],
-            )
-            (pid,) = _HEADER.unpack(_recv_exactly(conn, _HEADER.size))
-            conn.settimeout(timeout)
-            try:
-                (code,) = struct.unpack("!i", _recv_exactly(conn, 4))
-            except TimeoutError:
-                os.kill(pid, signal.SIGKILL)
-                raise subprocess.TimeoutExpired(
-                    list(argv), timeout, _read(out), _read(err)
-                ) from None
+            streams = (devnull.fileno(), out.fileno(), err.fileno())
+            conn, pid = self._send(argv, cwd, environ, streams, rlimits)
+            with conn:
+                conn.settimeout(timeout)
+                try:
+                    (code,) = struct.unpack("!i", _recv_exactly(conn, 4))
+                except TimeoutError:
+                    os.kill(pid, signal.SIGKILL)
+                    raise subprocess.TimeoutExpired(
+                        list(argv), timeout, _read(out), _read(err)
+                    ) from None
             return subprocess.CompletedProcess(list(argv), code, _read(out), _read(err))
+
+    def start(
+        self,
+        argv: Sequence[str],
+        *,
+        cwd: Path,
+        environ: dict[str, str],
+        stdout: int | IO[Any],
+        stderr: int | IO[Any],
+        text: bool = False,
+        new_session: bool = False,
+    ) -> Forked:
+        """`subprocess.Popen(argv, stdin=DEVNULL, stdout=, stderr=, text=,
+        start_new_session=)`: `stdout` and `stderr` are `subprocess.PIPE`,
+        `subprocess.DEVNULL` or an open file."""
+        opened: list[int] = []
+        readers: list[IO[Any] | None] = []
+
+        def stream(where: int | IO[Any]) -> int:
+            if where == subprocess.PIPE:
+                read_end, write_end = os.pipe()
+                opened.append(write_end)
+                readers.append(os.fdopen(read_end, "r" if text else "rb"))
+                return write_end
+            readers.append(None)
+            if where == subprocess.DEVNULL:
+                fd = os.open(os.devnull, os.O_WRONLY)
+                opened.append(fd)
+                return fd
+            assert not isinstance(where, int), "a file object, PIPE or DEVNULL"
+            return where.fileno()
+
+        devnull = os.open(os.devnull, os.O_RDONLY)
+        opened.append(devnull)
+        try:
+            streams = (devnull, stream(stdout), stream(stderr))
+            conn, pid = self._send(argv, cwd, environ, streams, session=new_session)
+        finally:
+            for fd in opened:
+                os.close(fd)
+        return Forked(list(argv), conn, pid, readers[0], readers[1])
+
+
+class Forked:
+    """A forked command, with the part of `subprocess.Popen` tests use: `pid`, `args`,
+    `returncode`, `stdout`/`stderr` (pipes, or None), `poll`, `wait`, `communicate`,
+    `send_signal`, `terminate`, `kill`."""
+
+    def __init__(
+        self,
+        args: list[str],
+        conn: socket.socket,
+        pid: int,
+        stdout: IO[Any] | None,
+        stderr: IO[Any] | None,
+    ) -> None:
+        self.args = args
+        self.pid = pid
+        self.returncode: int | None = None
+        self.stdin = None
+        self.stdout = stdout
+        self.stderr = stderr
+        self._conn = conn
+
+    def _ended(self, data: bytes) -> int:
+        (self.returncode,) = struct.unpack("!i", data)
+        self._conn.close()
+        return self.returncode
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            ready, _, _ = select.select([self._conn], [], [], 0)
+            if ready:
+                return self._ended(_recv_exactly(self._conn, 4))
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is not None:
+            return self.returncode
+        self._conn.settimeout(timeout)
+        try:
+            return self._ended(_recv_exactly(self._conn, 4))
+        except TimeoutError:
+            raise subprocess.TimeoutExpired(self.args, timeout or 0) from None
+
+    def communicate(self, timeout: float | None = None) -> tuple[Any, Any]:
+        """Read the pipes to their end and wait; the output of each (None where not piped)."""
+        got: dict[int, Any] = {}
+        pipes = {n: pipe for n, pipe in enumerate((self.stdout, self.stderr)) if pipe is not None}
+        threads = [
+            threading.Thread(target=lambda n=n, pipe=pipe: got.update({n: pipe.read()}))
+            for n, pipe in pipes.items()
+        ]
+        for thread in threads:
+            thread.daemon = True
+            thread.start()
+        end = None if timeout is None else time.monotonic() + timeout
+        for thread in threads:
+            thread.join(None if end is None else max(0.0, end - time.monotonic()))
+            if thread.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout or 0)
+        self.wait(None if end is None else max(0.0, end - time.monotonic()))
+        for pipe in pipes.values():
+            pipe.close()
+        return got.get(0), got.get(1)
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __enter__(self) -> Forked:
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        for pipe in (self.stdout, self.stderr):
+            if pipe is not None:
+                pipe.close()
+        self.wait()
 
 
 def _recv_exactly(conn: socket.socket, size: int) -> bytes:

@@ -16,9 +16,9 @@ import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from _forkserver import ForkServer
+from _forkserver import Forked, ForkServer
 
 PLANLOOM = str(Path(sys.executable).parent / "planloom")
 _FORKS = ForkServer(enabled=os.environ.get("PLANLOOM_TESTS_FORK", "1") != "0")
@@ -143,17 +143,40 @@ def planloom(
     )
 
 
-def start(*args: str | Path, cwd: Path, new_session: bool = False) -> subprocess.Popen[str]:
-    """Start `planloom ARGS` with no stdin and piped output, for a test to watch it run."""
+def start(
+    *args: str | Path, cwd: Path, new_session: bool = False
+) -> subprocess.Popen[str] | Forked:
+    """Start `planloom ARGS` with no stdin and piped output, for a test to watch it run (a
+    fork, as `planloom()`; `Forked` has what tests use of `Popen`)."""
+    argv = [PLANLOOM, *map(str, args)]
+    environ = env()
+    if _FORKS.fits(environ):
+        return _FORKS.start(
+            argv, cwd=cwd, environ=environ, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, new_session=new_session,
+        )  # fmt: skip
     return subprocess.Popen(
-        [PLANLOOM, *map(str, args)],
+        argv,
         cwd=cwd,
-        env=env(),
+        env=environ,
         stdin=subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
         start_new_session=new_session,
+    )
+
+
+def background(
+    *args: str | Path, cwd: Path, environ: dict[str, str], stdout: IO[bytes], stderr: IO[bytes]
+) -> subprocess.Popen[bytes] | Forked:
+    """Start `planloom ARGS` with no stdin, its output to the files `stdout` and `stderr`
+    (a fork when the environment allows, as `planloom()`)."""
+    argv = [PLANLOOM, *map(str, args)]
+    if _FORKS.fits(environ):
+        return _FORKS.start(argv, cwd=cwd, environ=environ, stdout=stdout, stderr=stderr)
+    return subprocess.Popen(
+        argv, cwd=cwd, env=environ, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr
     )
 
 

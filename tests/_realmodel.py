@@ -70,6 +70,11 @@ class LlamaServer:
             str(n_ctx),
             "--n_threads",
             str(threads),
+            # Keep evaluated prompts (llama.cpp's server does by default): each goal's
+            # planner prompt and each agent turn's history is evaluated once, not again
+            # for every request that starts with it (about 40% of the prompt tokens).
+            "--cache",
+            "true",
         ]
         self._proc: subprocess.Popen[bytes] | None = None
 

@@ -5,12 +5,15 @@ and environment, and a hung one is killed at its timeout."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 from _forkserver import ForkServer
-from _procs import PLANLOOM, env, gone, marker_seconds, pids_with
+from _procs import PLANLOOM, env, gone, marker_seconds, pids_with, until
 
 GOOD = """\
 version: 1
@@ -144,3 +147,31 @@ def test_what_python_reads_at_startup_decides_whether_a_fork_fits(forks: ForkSer
     assert not forks.fits(env(PYTHONPATH="/elsewhere"))
     assert not forks.fits(env(LC_ALL="C"))
     assert not ForkServer(enabled=False).fits(env())
+
+
+@pytest.mark.parametrize("forked", [True, False], ids=["forked", "new process"])
+def test_a_started_command_takes_ctrl_c_as_a_new_process_does(
+    forks: ForkServer, tmp_path: Path, forked: bool
+) -> None:
+    seconds = marker_seconds(30)
+    (tmp_path / "slow.yaml").write_text(SLOW.replace("SECONDS", seconds))
+    argv = [PLANLOOM, "run", "slow.yaml", "--yes", "--json"]
+    if forked:
+        proc: Any = forks.start(
+            argv, cwd=tmp_path, environ=env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True, new_session=True,
+        )  # fmt: skip
+    else:
+        proc = subprocess.Popen(
+            argv, cwd=tmp_path, env=env(), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, start_new_session=True,
+        )  # fmt: skip
+    until(lambda: pids_with(seconds) or proc.poll() is not None, 30, "the step's sleep")
+    assert proc.poll() is None
+    assert os.getpgid(proc.pid) == proc.pid  # its own session and process group
+    proc.send_signal(signal.SIGINT)
+    stdout, stderr = proc.communicate(timeout=30)
+    assert proc.returncode == 130, stderr
+    assert json.loads(stdout)["steps"]["nap"]["status"] == "cancelled"
+    assert "Traceback" not in stderr
+    assert gone(lambda: pids_with(seconds), within=5)
