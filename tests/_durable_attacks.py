@@ -63,7 +63,11 @@ class Lab:
         )
 
     def start(
-        self, *args: str | Path, environ: Mapping[str, str] | None = None, name: str = "run"
+        self,
+        *args: str | Path,
+        environ: Mapping[str, str] | None = None,
+        name: str = "run",
+        fork: bool = True,
     ) -> subprocess.Popen[bytes] | Forked:
         """`planloom ARGS --store s.db` in the background, output to `NAME.out`/`.err`."""
         out = (self.folder / f"{name}.out").open("wb")
@@ -71,7 +75,7 @@ class Lab:
         with out, err:
             return background(
                 *args, "--store", self.store, cwd=self.folder,
-                environ=dict(environ or self.environ), stdout=out, stderr=err,
+                environ=dict(environ or self.environ), stdout=out, stderr=err, fork=fork,
             )  # fmt: skip
 
     def output(self, name: str) -> str:

@@ -168,12 +168,18 @@ def start(
 
 
 def background(
-    *args: str | Path, cwd: Path, environ: dict[str, str], stdout: IO[bytes], stderr: IO[bytes]
+    *args: str | Path,
+    cwd: Path,
+    environ: dict[str, str],
+    stdout: IO[bytes],
+    stderr: IO[bytes],
+    fork: bool = True,
 ) -> subprocess.Popen[bytes] | Forked:
     """Start `planloom ARGS` with no stdin, its output to the files `stdout` and `stderr`
-    (a fork when the environment allows, as `planloom()`)."""
+    (a fork when the environment allows, as `planloom()`; `fork=False`: a child of this
+    process, for a test that must be its parent)."""
     argv = [PLANLOOM, *map(str, args)]
-    if _FORKS.fits(environ):
+    if fork and _FORKS.fits(environ):
         return _FORKS.start(argv, cwd=cwd, environ=environ, stdout=stdout, stderr=stderr)
     return subprocess.Popen(
         argv, cwd=cwd, env=environ, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr

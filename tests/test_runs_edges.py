@@ -50,7 +50,7 @@ def test_a_run_killed_and_not_yet_reaped_is_listed_interrupted(tmp_path: Path) -
     /proc entry (and start time) is still there, but it runs nothing."""
     with lab(tmp_path) as it:
         it.recipe(SLOW)
-        run = it.start("run", "r.yaml", "--yes")
+        run = it.start("run", "r.yaml", "--yes", fork=False)  # this test is its parent
         try:
             it.wait_for(run, lambda: it.ledger() == ["work"], "the step's append")
             listed = it.cli("runs", "--json")
