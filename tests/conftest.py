@@ -103,8 +103,21 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.loadscopereorder = False
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The longest files first (the order within a file kept; every worker sorts the same
-    way, as xdist needs)."""
+    way, as xdist needs). Under `.ci/floors` (`FLOORS_WHOLE` set): the quick tests of the
+    files given, and every test of the files or tests `FLOORS_WHOLE` names, in one session."""
     rank = {name: n for n, name in enumerate(LONGEST_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))
+    whole = os.environ.get("FLOORS_WHOLE")
+    if whole is None:
+        return
+    names = whole.split()
+
+    def kept(item: pytest.Item) -> bool:
+        return item.get_closest_marker("slow") is None or any(
+            item.nodeid == name or item.nodeid.startswith(name + "::") for name in names
+        )
+
+    config.hook.pytest_deselected(items=[item for item in items if not kept(item)])
+    items[:] = [item for item in items if kept(item)]

@@ -366,6 +366,10 @@ def test_fuzz_deep_json_answers() -> None:
     assert refused[False] >= 50, refused
 
 
+async def _client(config: LLMConfig) -> LLMClient:
+    return LLMClient(config, sleep=instant_sleep)
+
+
 @pytest.mark.slow
 def test_fuzz_deep_plans_through_the_planner(tmp_path: Path) -> None:
     """The real planner: a too-deep plan is a `too-deep` problem sent back for repair,
@@ -376,21 +380,16 @@ def test_fuzz_deep_plans_through_the_planner(tmp_path: Path) -> None:
         return current[0]
 
     refused = Counter[bool]()
-    with FakeOpenAIServer(ScriptedModel(model)) as server:
+    # One loop and one client for every case (a client is made for a loop): each case is
+    # the planner's work, not the HTTP client's start-up.
+    with FakeOpenAIServer(ScriptedModel(model)) as server, asyncio.Runner() as runner:
+        config = LLMConfig(model="m", base_url=server.base_url, api_key=SecretStr("k"))
+        client = runner.run(_client(config))
+        base = {"version": 1, "name": "fuzz", "capabilities": {"http": {"allow": ["example.com"]}}}
 
         async def plan(text: str) -> Any:
             current[0] = text
-            config = LLMConfig(model="m", base_url=server.base_url, api_key=SecretStr("k"))
-            client = LLMClient(config, sleep=instant_sleep)
-            try:
-                base = {
-                    "version": 1,
-                    "name": "fuzz",
-                    "capabilities": {"http": {"allow": ["example.com"]}},
-                }
-                return await LLMPlanner(client, REGISTRY).plan("g", base=base, base_dir=tmp_path)
-            finally:
-                await client.aclose()
+            return await LLMPlanner(client, REGISTRY).plan("g", base=base, base_dir=tmp_path)
 
         @fuzz(150)
         # the planner keeps params' depth as is; answers amid prose are bad-json, not this
@@ -399,7 +398,7 @@ def test_fuzz_deep_plans_through_the_planner(tmp_path: Path) -> None:
             CASES["deep plans (planner)"] += 1
             text, total = answer
             started = time.perf_counter()
-            outcome = asyncio.run(plan(text))
+            outcome = runner.run(plan(text))
             timed(started, 3 * CASE_SECONDS)  # up to three model calls
             if total > MAX_DEPTH:
                 assert outcome.fell_back
@@ -409,6 +408,7 @@ def test_fuzz_deep_plans_through_the_planner(tmp_path: Path) -> None:
             refused[total > MAX_DEPTH] += 1
 
         case()
+        runner.run(client.aclose())
     PASSED.add("deep plans (planner)")
     print(f"\ndeep plans (planner): {sum(refused.values())} cases, {refused[True]} over the cap")
     assert refused[True] >= 20, refused
