@@ -76,6 +76,34 @@ class StdioLaunch:
     protected: list[str]
 
 
+async def _started(launch: StdioLaunch) -> tuple[Watch, Scan]:
+    """A watch over the server's folder, and its walk (the watch abandoned if it fails)."""
+    watch = Watch(launch.cwd, launch.protected)
+    try:
+        return watch, await anyio.to_thread.run_sync(watch.start)
+    except BaseException:
+        watch.abandon()
+        raise
+
+
+@contextlib.asynccontextmanager
+async def _finished(watch: Watch, who: str, server: str) -> AsyncIterator[None]:
+    """Finish `watch` as the block ends: what appeared is removed and refused with
+    `CapabilityDenied` (rule `mcp.protected`; over the block's own error), or only removed
+    if the block is being cancelled."""
+    grant = f"mcp: servers: {server}"
+    try:
+        yield
+    except Exception:
+        watch.finish(who=who, rule="mcp.protected", grant=grant)  # a refusal outranks it
+        raise
+    except BaseException:
+        with contextlib.suppress(CapabilityDenied):
+            watch.finish(who=who, rule="mcp.protected", grant=grant)
+        raise
+    await anyio.to_thread.run_sync(lambda: watch.finish(who=who, rule="mcp.protected", grant=grant))
+
+
 @contextlib.asynccontextmanager
 async def watched_folder(launch: StdioLaunch) -> AsyncIterator[Scan]:
     """Walk `cwd` for protected entries (mounted read-only); remove those that appear.
@@ -87,27 +115,12 @@ async def watched_folder(launch: StdioLaunch) -> AsyncIterator[Scan]:
     Raises:
         ConfigurationError: the folder is too large or too deep to be walked.
     """
-    watch = Watch(launch.cwd, launch.protected)
-    try:
-        before = await anyio.to_thread.run_sync(watch.start)
-    except BaseException:
-        watch.abandon()
-        raise
+    watch, before = await _started(launch)
     if why := before.refusal():
         watch.abandon()
         raise ConfigurationError(f"MCP server {launch.server!r}: {why}")
-    who = f"MCP server {launch.server!r}"
-    grant = f"mcp: servers: {launch.server}"
-    try:
+    async with _finished(watch, f"MCP server {launch.server!r}", launch.server):
         yield before
-    except Exception:
-        watch.finish(who=who, rule="mcp.protected", grant=grant)  # a refusal outranks it
-        raise
-    except BaseException:
-        with contextlib.suppress(CapabilityDenied):
-            watch.finish(who=who, rule="mcp.protected", grant=grant)
-        raise
-    await anyio.to_thread.run_sync(lambda: watch.finish(who=who, rule="mcp.protected", grant=grant))
 
 
 @contextlib.asynccontextmanager
@@ -120,23 +133,9 @@ async def watched_call(launch: StdioLaunch, who: str) -> AsyncIterator[None]:
     Raises:
         CapabilityDenied: a protected entry appeared during the call (over its own error).
     """
-    watch = Watch(launch.cwd, launch.protected)
-    try:
-        await anyio.to_thread.run_sync(watch.start)
-    except BaseException:
-        watch.abandon()
-        raise
-    grant = f"mcp: servers: {launch.server}"
-    try:
+    watch, _ = await _started(launch)
+    async with _finished(watch, who, launch.server):
         yield
-    except Exception:
-        watch.finish(who=who, rule="mcp.protected", grant=grant)  # a refusal outranks it
-        raise
-    except BaseException:
-        with contextlib.suppress(CapabilityDenied):
-            watch.finish(who=who, rule="mcp.protected", grant=grant)
-        raise
-    await anyio.to_thread.run_sync(lambda: watch.finish(who=who, rule="mcp.protected", grant=grant))
 
 
 async def spawn(launch: StdioLaunch, scratch: Scratch, protected: Scan) -> tuple[Process, int]:
