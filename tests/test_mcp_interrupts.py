@@ -99,10 +99,9 @@ def test_two_ctrl_c_during_a_slow_call_exit_130_at_once_ten_times(tmp_path: Path
         assert "Traceback" not in printed, (attempt, printed)
         assert "exception was never retrieved" not in printed, (attempt, printed)
         assert gone(lambda: pids_with(marker), within=5), (attempt, "a server outlived planloom")
-    statuses = _statuses(tmp_path)
-    assert len(statuses) == TRIES
-    # stopped at once, or (if the first press had already ended it) cancelled: never running
-    assert set(statuses) <= {"interrupted", "cancelled"}, statuses
+    # stopped at once (the second press lands while the first one's cancel is under way):
+    # never left `running`, and not a run that ended `cancelled` in peace
+    assert _statuses(tmp_path) == ["interrupted"] * TRIES
 
 
 @pytest.mark.slow
