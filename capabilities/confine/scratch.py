@@ -18,6 +18,7 @@ import signal
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 
 __all__ = ["Scratch", "memory_cgroup_base", "pids_cgroup_base"]
 
@@ -129,37 +130,41 @@ def _new_cgroup(max_processes: int) -> tuple[str | None, str]:
     base, why = pids_cgroup_base()
     if base is None:
         return None, f"unavailable: {why}"
-    path = os.path.join(base, f"planloom-{os.getpid()}-{uuid.uuid4().hex[:12]}")
-    try:
-        os.mkdir(path)
+
+    def limit(path: str) -> None:
         with open(os.path.join(path, "pids.max"), "w") as file:
             file.write(str(max_processes))
-    except OSError as exc:
-        with contextlib.suppress(OSError):
-            os.rmdir(path)
-        return None, f"unavailable: {path}: {exc.strerror}"
-    return path, f"active (max {max_processes})"
+
+    path, failed = _made(base, limit)
+    return (path, f"active (max {max_processes})") if path else (None, f"unavailable: {failed}")
 
 
 def _new_memory_cgroup(max_memory: int) -> tuple[str | None, str]:
     """A new memory cgroup limited to `max_memory` bytes (swap included where the kernel
     accounts for it, so swapping does not dodge the limit), named as `_new_cgroup` names
     its, and its state for the call's report."""
+    fallback = "max_memory is each process's address space"
     base, why = memory_cgroup_base()
     if base is None:
-        return None, f"unavailable: {why}; max_memory is each process's address space"
+        return None, f"unavailable: {why}; {fallback}"
+    path, failed = _made(base, lambda made: _limit_memory(made, max_memory, lowering=True))
+    if path is None:
+        return None, f"unavailable: {failed}; {fallback}"
+    return path, _memory_active(max_memory)
+
+
+def _made(base: str, limit: Callable[[str], None]) -> tuple[str | None, str]:
+    """A new cgroup beneath `base`, named for this engine, with `limit` applied to it; or
+    None (nothing left behind) and the folder and reason it could not be made."""
     path = os.path.join(base, f"planloom-{os.getpid()}-{uuid.uuid4().hex[:12]}")
     try:
         os.mkdir(path)
-        _limit_memory(path, max_memory, lowering=True)
+        limit(path)
     except OSError as exc:
         with contextlib.suppress(OSError):
             os.rmdir(path)
-        return (
-            None,
-            f"unavailable: {path}: {exc.strerror}; max_memory is each process's address space",
-        )
-    return path, _memory_active(max_memory)
+        return None, f"{path}: {exc.strerror}"
+    return path, ""
 
 
 def _memory_active(max_memory: int) -> str:
