@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import uuid
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -144,14 +145,30 @@ class Sandbox:
             if self.dry_run and admitted.side_effects:  # not made, so not counted as a call
                 raise DryRun(name, params, step_id=step_id)
             number = self._spend(step_id)
-            doubt = self._doubt(admitted)
+            # Why the call may already have happened (a resumed run's call in flight when
+            # the run stopped), unless it may be made twice.
+            call = admitted.call
+            doubt = None if call.idempotent else self.results.in_doubt(call)
             if self._gated(admitted, confirm, doubt):  # (most calls are not: no await)
                 admitted = await self._pass_gate(admitted, doubt)
+                call = admitted.call
         except StepError as exc:  # refused before anything ran
             self._audit(name, step_id, attempt, "denied", exc, number)
             raise
         self._record_called(admitted, number)
-        output = await self._execute(admitted, number, limit)
+        run, slots = self._runner(admitted, limit)
+        # Awaited here, not in a coroutine of its own: one frame less on every call.
+        try:
+            if slots is None:
+                output = await self.results.result(call, run, replayed=admitted.replayed)
+            else:
+                async with slots:
+                    output = await self.results.result(call, run, replayed=admitted.replayed)
+        except StepError as exc:
+            exc.step_id = exc.step_id or call.step_id
+            exc.attempt = exc.attempt or call.attempt
+            self._audit(call.action, call.step_id, call.attempt, "allowed", exc, number)
+            raise
         self._record_finished(admitted, number, output)
         return output
 
@@ -218,11 +235,6 @@ class Sandbox:
             grant_rules(action, model, ctx)
         return Admitted(action, model, ctx, call, side_effects, served)
 
-    def _doubt(self, admitted: Admitted) -> str | None:
-        """Why the call may already have happened (a resumed run's call in flight when the
-        run stopped), unless it may be made twice."""
-        return None if admitted.call.idempotent else self.results.in_doubt(admitted.call)
-
     def _gated(self, admitted: Admitted, confirm: Confirm, doubt: str | None) -> bool:
         """Whether the call goes to the gate: side effects (`confirm: auto`), `confirm:
         always`, or a call in doubt, which only a person may approve.
@@ -281,13 +293,14 @@ class Sandbox:
             replayed=replayed,
         )
 
-    async def _execute(self, admitted: Admitted, number: int | None, limit: float) -> Any:
-        """The call made, here or on the backend that takes its family, through the
-        `Results` layer (live, or served by a cassette or a journal), in its family's slot.
-
-        Raises:
-            StepTimeout / StepFailed: the call failed (audited, with the step and attempt).
-        """
+    def _runner(
+        self, admitted: Admitted, limit: float
+    ) -> tuple[Callable[[], Awaitable[Any]], asyncio.Semaphore | None]:
+        """How the call is made, here or on the backend that takes its family, and the
+        family slot it waits for first (none for a call served from a journal or a
+        cassette: it runs nothing). The call goes through the `Results` layer (live, or
+        served by a recording); a journal writes its intent there, so a call stopped while
+        waiting for its slot never started, and the wait is not part of its timeout."""
         action, model, ctx, call = admitted.action, admitted.model, admitted.ctx, admitted.call
         family = self.registry.families[action.family]
         backend = self.backend if self.backend is not None and self.backend.takes(family) else None
@@ -313,23 +326,9 @@ class Sandbox:
             async def run() -> Any:
                 return await backend.run(remote)
 
-        # A call waits for its family's slot before anything is recorded of it (a journal
-        # writes its intent in `result`: a call stopped while waiting never started), and
-        # the wait is not part of its timeout. A call served from a journal or a cassette
-        # runs nothing and takes no slot.
-        slots = self._family_slots(action.family, remote=backend is not None)
         if admitted.served:
-            slots = None
-        try:
-            if slots is None:
-                return await self.results.result(call, run, replayed=admitted.replayed)
-            async with slots:
-                return await self.results.result(call, run, replayed=admitted.replayed)
-        except StepError as exc:
-            exc.step_id = exc.step_id or call.step_id
-            exc.attempt = exc.attempt or call.attempt
-            self._audit(call.action, call.step_id, call.attempt, "allowed", exc, number)
-            raise
+            return run, None
+        return run, self._family_slots(action.family, remote=backend is not None)
 
     def _record_called(self, admitted: Admitted, number: int | None) -> None:
         """`tool.called`: the call was allowed (with the confinement layers it lacks)."""
