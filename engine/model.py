@@ -23,6 +23,7 @@ __all__ = [
     "LLMSettings",
     "Limits",
     "Plan",
+    "PlannerSettings",
     "ReplanPolicy",
     "RetryPolicy",
     "Step",
@@ -293,6 +294,17 @@ class ReplanPolicy(_Model):
     max: int = Field(1, ge=0, le=5, description="How many times to replan.")
 
 
+class PlannerSettings(_Model):
+    """How the planner plans a goal recipe's goal."""
+
+    stream: bool = Field(
+        False,
+        description="Read the model's plan as it streams: read-only steps start as soon as "
+        "they arrive; steps with side effects wait for the whole plan to be validated and "
+        "approved (as `planloom plan --stream`).",
+    )
+
+
 class Plan(_Model):
     """A whole workflow: a recipe as written, or a plan written by the LLM planner."""
 
@@ -321,6 +333,7 @@ class Plan(_Model):
     replan: ReplanPolicy | None = Field(
         None, description="Ask the planner again after a planned run fails."
     )
+    planner: PlannerSettings | None = Field(None, description="How the goal is planned.")
     steps: list[Step] = Field(default_factory=list, description="The steps, in any order.")
     finally_: list[Step] = Field(
         default_factory=list,

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
 from engine.diagnostics import Diagnostic
-from engine.model import Plan
+from engine.model import Plan, Step
 
 __all__ = ["PlanOutcome", "PlanReview", "Planner"]
 
@@ -22,6 +23,8 @@ class PlanOutcome:
         repairs: how many times the model was asked to fix its plan.
         fell_back: whether the planner gave up and returned one ReAct agent step.
         problems: the diagnostics of every rejected attempt, in order.
+        early: the read-only steps that started while the plan streamed, and how each
+            stands as the plan is shown (a status once ended, else `running`).
     """
 
     plan: Plan
@@ -29,6 +32,7 @@ class PlanOutcome:
     repairs: int = 0
     fell_back: bool = False
     problems: list[list[Diagnostic]] = field(default_factory=list)
+    early: dict[str, str] = field(default_factory=dict)
 
 
 class Planner(Protocol):
@@ -42,12 +46,15 @@ class Planner(Protocol):
         base_dir: Path,
         context: str | None = None,
         keep: list[dict[str, Any]] | None = None,
+        on_step: Callable[[Plan, Step], None] | None = None,
     ) -> PlanOutcome:
         """A valid plan for `goal`.
 
         `context` tells the planner what happened before (after a failure: what ran,
         what it gave, what failed); `keep` holds steps that already succeeded, which the
-        new plan keeps as they are.
+        new plan keeps as they are. `on_step`, if given, is told of each step as soon as
+        the planner has it, valid among the steps so far, with the plan of those steps
+        (a planner that streams its answer; one that does not may never call it).
 
         Raises:
             StepError: the model failed (budget, timeout, endpoint errors).

@@ -19,7 +19,14 @@ from engine.sanitize import neutralize
 if TYPE_CHECKING:  # ~0.1 s to import: only drawing needs it, not a run's progress view
     import networkx as nx
 
-__all__ = ["GraphFormat", "graph_data", "plan_has_side_effects", "render_graph", "render_plan"]
+__all__ = [
+    "GraphFormat",
+    "graph_data",
+    "plan_has_side_effects",
+    "render_graph",
+    "render_plan",
+    "step_has_side_effects",
+]
 
 GraphFormat = Literal["mermaid", "dot", "ascii"]
 
@@ -156,7 +163,9 @@ def _ascii(plan: Plan, main: nx.DiGraph[str], final: nx.DiGraph[str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _effects(plan: Plan, step: Step, registry: Registry) -> bool:
+def step_has_side_effects(step: Step, registry: Registry) -> bool:
+    """Whether the step could change the world: a tool (its own, its fallback's, an
+    agent's) that has or may have side effects, or a fallback in words (any tool)."""
     names = [step.tool] if step.tool else list(step.agent.tools if step.agent else [])
     if isinstance(step.fallback, str):
         return True  # a natural-language fallback may use any granted tool
@@ -172,7 +181,7 @@ def _effects(plan: Plan, step: Step, registry: Registry) -> bool:
 
 def plan_has_side_effects(plan: Plan, registry: Registry) -> bool:
     """Whether any step could change the world (then the plan needs approval)."""
-    return any(_effects(plan, step, registry) for step in plan.all_steps())
+    return any(step_has_side_effects(step, registry) for step in plan.all_steps())
 
 
 def render_plan(plan: Plan, registry: Registry) -> str:
@@ -185,7 +194,7 @@ def render_plan(plan: Plan, registry: Registry) -> str:
         text = text if len(text) <= 60 else text[:59] + "…"
         deps = ", ".join(build_deps(step)) or "-"
         rows.append(
-            (step.id, action, text, deps, "yes" if _effects(plan, step, registry) else "no")
+            (step.id, action, text, deps, "yes" if step_has_side_effects(step, registry) else "no")
         )
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(rows[0]))]
     lines = [f"plan '{plan.name}'" + (f": {plan.goal}" if plan.goal else "")]

@@ -265,7 +265,7 @@ def test_unknown_key_with_no_close_match_lists_the_allowed_keys(check: Check) ->
         (
             "r.yaml:2:1: error[unknown-key]: unknown key 'zzz'",
             "allowed keys: version, name, description, inputs, llm, capabilities, limits, "
-            "on_failure, goal, replan, steps, finally, outputs",
+            "on_failure, goal, replan, planner, steps, finally, outputs",
         )
     ]
 

@@ -86,6 +86,8 @@ class LiveProgress:
     def __call__(self, event: Event) -> None:
         if event.kind == "run.started":  # the steps kept from before ended already
             self.done += len(event.data.get("kept", ()))
+        elif event.kind == "run.settled":  # a streamed plan is whole: its size is known
+            self.total = int(event.data.get("steps", self.total))
         if event.step_id is None:
             return
         if event.kind == "step.started":
@@ -94,6 +96,9 @@ class LiveProgress:
             self.running.pop(event.step_id, None)
             self.tokens.pop(event.step_id, None)
             self.done += 1
+        elif event.kind == "step.discarded":  # an early step the whole plan did not keep
+            self.running.pop(event.step_id, None)
+            self.done -= 1 if event.data.get("ended") else 0
         elif event.kind == "llm.streaming":
             self.tokens[event.step_id] = int(event.data.get("tokens", 0))
         elif event.kind == "llm.called":  # that answer is in (or failed): no count shown

@@ -72,6 +72,7 @@ class RunSettings:
     llm_max_tokens: int | None = None
     llm_context: int | None = None
     preflight: Literal["models", "chat"] = "models"
+    stream: bool = False
     record: str | None = None
     replay: str | None = None
     record_mode: RecordMode | None = None
@@ -219,6 +220,7 @@ def run_session(
             llm_max_tokens=settings.llm_max_tokens,
             llm_context=settings.llm_context,
             preflight=settings.preflight,
+            stream=settings.stream,
         )
         session = Session(
             registry,

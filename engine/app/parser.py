@@ -116,6 +116,12 @@ def _plan(sub: Subparsers) -> None:
     plan.add_argument(
         "--force", action="store_true", help="let -o replace a file that already exists"
     )
+    plan.add_argument(
+        "--stream",
+        action="store_true",
+        help="read the plan as the model writes it: read-only steps start as they arrive; "
+        "steps with side effects wait for the whole plan, validated and approved",
+    )
     run_flags(plan, yes="approve the plan and every gate", no="reject the plan")
 
 

@@ -29,7 +29,7 @@ from engine.approval.prompt import Menu, NoAnswer, ask, read_line
 from engine.capability import Registry
 from engine.diagnostics import render_diagnostics
 from engine.errors import PlanValidationError
-from engine.events import EventBus
+from engine.events import Event, EventBus
 from engine.model import Plan
 from engine.planning import PlanOutcome
 from engine.policy import Policy, PolicyApprover
@@ -101,6 +101,9 @@ class TerminalFrontend:
                 "pass --capabilities FILE (YAML with a 'capabilities:' block, as in recipes)"
             )
         sys.stderr.write(render_plan(outcome.plan, self.registry))
+        if outcome.early:  # a streamed plan's read-only steps, begun before this review
+            shown = ", ".join(f"{neutralize(k)} ({v})" for k, v in outcome.early.items())
+            self.say(f"already started while the plan streamed (read-only): {shown}")
         if self.save_plan:
             target = Path(self.save_plan)
             if await asyncio.to_thread(_save, target, outcome.text, self.replace_saved):
@@ -140,6 +143,8 @@ class TerminalFrontend:
         return Attached(self._approver(live), showing)
 
     def watch(self, events: EventBus) -> None:
+        if not self.verbose:  # (verbose shows every event already)
+            events.subscribe(_plan_growing, sink=True)
         subscribe_logs(events, verbose=self.verbose, log_stream=self.log_stream)
         if self.spans is not None:
             self.spans(events)
@@ -264,3 +269,13 @@ def _edit(text: str) -> str:
         return Path(path).read_text(encoding="utf-8")
     finally:
         os.unlink(path)
+
+
+def _plan_growing(event: Event) -> None:
+    """A line for each step of a streamed plan as it arrives: started at once (read-only),
+    or waiting for the whole plan."""
+    if event.kind != "plan.step" or event.step_id is None:
+        return
+    what = "started (read-only)" if event.data.get("early") else "waits for the whole plan"
+    action = neutralize(str(event.data.get("action")))
+    sys.stderr.write(f"  + {neutralize(event.step_id)} ({action}): {what}\n")

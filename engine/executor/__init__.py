@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal, Unpack
 
-from engine._graph import plan_edges
+from engine._graph import Edges, plan_edges
 from engine._support.clock import loop_clock, now
 from engine._support.gc import collector_paused, freeze_survivors, heap_frozen
 from engine._support.scope import enter_scope
@@ -26,14 +26,15 @@ from engine.errors import (
     StepError,
     TemplateError,
 )
-from engine.events import EventBus
 from engine.executor._agent_steps import AgentSteps
 from engine.executor._attempts import Attempts, Sleep, Tally
 from engine.executor._compiled import CompiledAction, CompiledStep
 from engine.executor._gates import RunGates, dry_skip
+from engine.executor._open import Growth
 from engine.executor._scheduler import Scheduler
 from engine.executor._settings import RunOptions, RunSettings
 from engine.executor._spending import Spending, plan_outputs
+from engine.executor._unended import unended
 from engine.inputs import resolve_inputs
 from engine.llm.events import ModelCallEvents
 from engine.model import Plan, Step
@@ -45,7 +46,6 @@ from engine.results import (
     StepResult,
     StepStatus,
 )
-from engine.sandbox import LiveResults, Sandbox
 from engine.templating import (
     Namespace,
 )
@@ -92,12 +92,7 @@ class Executor:
         )
         self.secrets = settings.secrets if settings.secrets is not None else Secrets.from_environ()
         self.secrets.add_inputs(self.inputs)  # `-i api_token=...`: as the journal sees it
-        events = settings.events
-        if events is None:
-            events = EventBus(self.run_id, redact=self.secrets.redact_value)
-        elif events.redact is None:  # a bus without a redactor: its sinks get the run's
-            events.redact = self.secrets.redact_value
-        self.events = events
+        self.events = settings.event_bus(self.run_id, self.secrets)
         registry = registry.bind(plan.capabilities, base_dir)
         self.gatekeeper = Gatekeeper(
             settings.approver or FailClosed(), redact=self.secrets.redact_value, on_quit=self.cancel
@@ -105,23 +100,7 @@ class Executor:
         self.gates = RunGates(self.gatekeeper, self.events)
         llm = settings.llm
         self.preloaded = dict(settings.preloaded)
-        self.sandbox = Sandbox(
-            registry,
-            plan.capabilities,
-            base_dir,
-            gate=self.gates.gate,
-            events=self.events,
-            default_timeout=plan.limits.timeout,
-            max_tool_calls=plan.limits.max_tool_calls,
-            per_family=plan.limits.per_family,
-            ask=self.gates.ask,
-            llm=llm,
-            dry_run=settings.dry_run,
-            results=settings.tool_results or LiveResults(),
-            backend=settings.backend,
-            # Kept steps' calls count in this run's usage, and against its max_tool_calls.
-            calls=sum(r.usage.tool_calls for r in self.preloaded.values()),
-        )
+        self.sandbox = settings.sandbox(plan, registry, base_dir, self.gates, self.events)
         self.registry = registry
         self.llm = llm
         # Model calls and tokens per running step; usages made, by value (see StepUsage).
@@ -141,6 +120,13 @@ class Executor:
         self._steps = {s.id: s for s in plan.all_steps()}
         for section in ("steps", "finally"):  # found here, with the collector paused
             plan_edges(plan, section)
+        # A plan that grows while it runs starts with no step: they join (`admit`) until
+        # the whole plan is settled (`settle`).
+        self._growth: Growth | None = None
+        if settings.growing:
+            self._steps = {}
+            main = self._scheduler(Edges({}, {}), plan.on_failure, growing=True)
+            self._growth = Growth(main, self._steps, self.preloaded)
         self._compiled: dict[str, CompiledStep] = {}
         self.agents = AgentSteps(
             settings.agent_runner, registry, self.sandbox, plan.capabilities, self._primary
@@ -249,20 +235,15 @@ class Executor:
         deadline: float,
     ) -> None:
         steps = self.plan.steps if section == "steps" else self.plan.finally_
-        if not steps or self._stop_reason == "interrupted":
+        if (not steps and self._growth is None) or self._stop_reason == "interrupted":
             return
-        edges = plan_edges(self.plan, section)
-        if self.preloaded:  # done already: their dependents only wait for the rest
-            edges = edges.without(self.preloaded)
-        scheduler: Scheduler[StepResult] = Scheduler(
-            edges,
-            self._run_step,
-            max_parallel=self.plan.limits.max_parallel,
-            blocks=lambda result: result.status in BLOCKING,
-            crash=self._crashed,
-            skip=self._skipped,
-            on_block=on_failure,
-        )
+        if section == "steps" and self._growth is not None:
+            scheduler = self._growth.scheduler
+        else:
+            edges = plan_edges(self.plan, section)
+            if self.preloaded:  # done already: their dependents only wait for the rest
+                edges = edges.without(self.preloaded)
+            scheduler = self._scheduler(edges, on_failure)
         task = asyncio.create_task(scheduler.run(), name="planloom-graph")
         self._graph_task = task
         timer = asyncio.get_running_loop().call_at(
@@ -278,24 +259,64 @@ class Executor:
         finally:
             timer.cancel()
             self._graph_task = None
-        for step in steps:
-            if step.id in self.preloaded:
-                continue
-            if step.id in scheduler.running:
-                why = {
-                    "interrupted": "cancelled: the run was interrupted",
-                    "max_duration": "cancelled: the run exceeded limits.max_duration "
-                    f"({self.plan.limits.max_duration:g} s)",
-                }.get(self._stop_reason or "", "cancelled")
-                self._finish(step.id, StepResult(status="cancelled", error=why))
-            elif step.id not in scheduler.outcomes:
-                blocker = scheduler.stopped_by
-                why = (
-                    f"not started: step '{blocker}' failed (on_failure: stop)"
-                    if blocker
-                    else "not started: the run ended first"
-                )
-                self._finish(step.id, StepResult(status="pending", error=why), emit=False)
+        if section == "steps" and self._growth is not None:  # the plan as it ended up
+            steps = [step for step in self._steps.values() if step.id not in self._final_ids]
+        limit = self.plan.limits.max_duration
+        for step_id, result in unended(steps, scheduler, self.preloaded, self._stop_reason, limit):
+            self._finish(step_id, result, emit=result.status == "cancelled")
+
+    def _scheduler(
+        self, edges: Edges, on_failure: Literal["stop", "continue"], *, growing: bool = False
+    ) -> Scheduler[StepResult]:
+        return Scheduler(
+            edges,
+            self._run_step,
+            max_parallel=self.plan.limits.max_parallel,
+            blocks=lambda result: result.status in BLOCKING,
+            crash=self._crashed,
+            skip=self._skipped,
+            on_block=on_failure,
+            open=growing,
+        )
+
+    # -- a plan that grows while it runs (`RunSettings.growing`) --------------------------
+
+    def admit(self, step: Step) -> bool:
+        """While the plan streams: `step` (valid among the steps so far, and read-only:
+        the caller's to decide) joins, to start once the steps it reads have ended
+        (`Growth.admit`). Returns whether it joined; `settle` decides what stays."""
+        return self._growth is not None and self._growth.admit(step)
+
+    async def settle(self, plan: Plan) -> set[str]:
+        """The whole plan, validated and approved (with the capabilities, limits and
+        inputs the run began with): the early steps it keeps (`kept_early`) go on or
+        stand, the others are forgotten (`step.discarded`), the rest of it joins and the
+        run goes on to its end. Returns the ids of the early steps kept."""
+        growth = self._growth
+        if growth is None:
+            raise RuntimeError("settle() is for a run whose plan grows (RunSettings.growing)")
+        plan = ensure_valid(plan, self.registry, base_dir=self.sandbox.base_dir)
+        kept, dropped = await growth.prune(plan)
+        for step_id in dropped:
+            self._forget(step_id)
+        self.plan = plan
+        self._steps.clear()
+        self._steps.update((step.id, step) for step in plan.all_steps())
+        self._final_ids = frozenset(step.id for step in plan.finally_)
+        growth.grow(plan, kept)
+        self.events.emit("run.settled", steps=len(self._steps), kept=sorted(kept))
+        return kept
+
+    def _forget(self, step_id: str) -> None:
+        """An early step the whole plan does not keep: as if it had never run."""
+        ended = self.results.pop(step_id, None)
+        sandbox, agents = self.sandbox, self.agents
+        kept: tuple[dict[str, Any], ...] = (self._view, self._started, self._compiled)
+        for held in (*kept, sandbox.step_calls, sandbox.step_warnings, agents.transcripts):
+            held.pop(step_id, None)
+        self.spending.step_usage(step_id, 0)
+        status = ended.status if ended is not None else None
+        self.events.emit("step.discarded", step_id, ended=ended is not None, status=status)
 
     def _expire(self) -> None:
         if self._stop_reason is None:

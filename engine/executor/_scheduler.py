@@ -8,6 +8,10 @@ back as a value; an exception in one node becomes that node's outcome through `c
 it cannot tear down its siblings.
 When an outcome `blocks`, either nothing new starts (`stop`) or every descendant is
 skipped (`continue`).
+
+A graph may also be `open`: nodes join it while it runs (`add`), leave it (`drop`: a
+running one is cancelled, an ended one forgotten), and it ends only once `close`d and
+drained. A plan streamed by the planner runs so, its read-only steps first.
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ class Scheduler(Generic[OutcomeT]):
         crash: Callable[[str, Exception], OutcomeT],
         skip: Callable[[str, str], OutcomeT],
         on_block: Literal["stop", "continue"] = "stop",
+        open: bool = False,
     ) -> None:
         self.edges = edges
         self._run = run
@@ -50,33 +55,91 @@ class Scheduler(Generic[OutcomeT]):
         self._skip = skip
         self.on_block = on_block
         self.outcomes: dict[str, OutcomeT] = {}
-        self.running: set[str] = set()
+        self.running: dict[str, asyncio.Task[None]] = {}
         self.stopped_by: str | None = None
+        self._open = open
+        self._waiting = {node: len(deps) for node, deps in edges.dependencies.items()}
+        self._ready = deque(node for node, count in self._waiting.items() if count == 0)
+        # Each ended node's outcome; None only wakes the loop (a node joined, the graph closed).
+        self._done: asyncio.Queue[tuple[str, OutcomeT] | None] = asyncio.Queue()
+        self._stale: dict[str, int] = {}  # outcomes queued by nodes dropped since: not taken
 
     async def run(self) -> None:
-        waiting = {node: len(deps) for node, deps in self.edges.dependencies.items()}
-        ready = deque(node for node, count in waiting.items() if count == 0)
-        done: asyncio.Queue[tuple[str, OutcomeT]] = asyncio.Queue()
+        waiting, ready, done = self._waiting, self._ready, self._done
         async with asyncio.TaskGroup() as group:
-            while ready or self.running:
+            while ready or self.running or self._open:
                 while ready and len(self.running) < self.max_parallel and not self.stopped_by:
                     node = ready.popleft()
-                    self.running.add(node)
-                    group.create_task(self._track(node, done), name=f"step:{node}")
-                if not self.running:
+                    self.running[node] = group.create_task(self._track(node), name=f"step:{node}")
+                if not self.running and not self._open:
                     break
                 finished = [await done.get()]
                 # Take in everything that ended in the same tick before starting anything,
                 # so a failure queued behind a success still stops new starts.
                 while not done.empty():
                     finished.append(done.get_nowait())
-                for node, outcome in finished:
+                for ended in finished:
+                    if ended is None:
+                        continue
+                    node, outcome = ended
+                    if self._stale and self._stale.get(node):
+                        self._stale[node] -= 1
+                        continue
                     self._settle(node, outcome, waiting, ready)
+
+    # -- an open graph -------------------------------------------------------------------
+
+    def add(self, node: str, deps: list[str]) -> None:
+        """`node` joins the (open) graph: it starts once `deps` have ended (those ended
+        already count); it is skipped at once if one of them blocked (`continue`), and
+        never starts if the graph stopped (`stop`)."""
+        self.edges.dependencies[node] = deps
+        for dep in deps:
+            self.edges.dependents.setdefault(dep, []).append(node)
+        blocked = next(
+            (d for d in deps if d in self.outcomes and self._blocks(self.outcomes[d])), None
+        )
+        if blocked is not None:
+            if self.on_block == "continue":
+                self.outcomes[node] = self._skip(node, blocked)
+            return
+        self._waiting[node] = count = sum(1 for dep in deps if dep not in self.outcomes)
+        if count == 0:
+            self._ready.append(node)
+        self._done.put_nowait(None)
+
+    def drop(self, nodes: set[str]) -> list[asyncio.Task[None]]:
+        """`nodes` leave the graph, with every node that waits for them (the caller names
+        them all): a running one is cancelled (its task returned, to be waited for), an
+        ended one's outcome forgotten."""
+        cancelled = []
+        for node in nodes:
+            task = self.running.pop(node, None)
+            if task is not None and not task.cancel():  # it ended: its outcome is queued
+                self._stale[node] = self._stale.get(node, 0) + 1
+            elif task is not None:
+                cancelled.append(task)
+            self.outcomes.pop(node, None)
+            self._waiting.pop(node, None)
+            for dep in self.edges.dependencies.pop(node, ()):
+                later = self.edges.dependents.get(dep)
+                if later is not None and node in later:
+                    later.remove(node)
+            self.edges.dependents.pop(node, None)
+        if any(node in nodes for node in self._ready):
+            self._ready = deque(node for node in self._ready if node not in nodes)
+        self._done.put_nowait(None)
+        return cancelled
+
+    def close(self) -> None:
+        """No node joins any more: the graph ends once what is in it has ended."""
+        self._open = False
+        self._done.put_nowait(None)
 
     def _settle(
         self, node: str, outcome: OutcomeT, waiting: dict[str, int], ready: deque[str]
     ) -> None:
-        self.running.discard(node)
+        del self.running[node]
         self.outcomes[node] = outcome
         if self._blocks(outcome):
             if self.on_block == "stop":
@@ -93,7 +156,7 @@ class Scheduler(Generic[OutcomeT]):
             if waiting[successor] == 0:
                 ready.append(successor)
 
-    async def _track(self, node: str, done: asyncio.Queue[tuple[str, OutcomeT]]) -> None:
+    async def _track(self, node: str) -> None:
         try:
             outcome = await self._run(node)
         except asyncio.CancelledError as exc:
@@ -105,4 +168,4 @@ class Scheduler(Generic[OutcomeT]):
             outcome = self._crash(node, RuntimeError(f"stray CancelledError: {exc}"))
         except Exception as exc:  # becomes this node's outcome, by design
             outcome = self._crash(node, exc)
-        done.put_nowait((node, outcome))
+        self._done.put_nowait((node, outcome))

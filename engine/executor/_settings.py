@@ -5,17 +5,21 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypedDict
 
 from engine.agent import AgentRunner
 from engine.approval import Approver
 from engine.backend import Backend
+from engine.capability import Registry
 from engine.events import EventBus
 from engine.executor._attempts import Sleep
+from engine.executor._gates import RunGates
 from engine.llm import LLMClient
+from engine.model import Plan
 from engine.redaction import Secrets
 from engine.results import StepResult
-from engine.sandbox import Results
+from engine.sandbox import LiveResults, Results, Sandbox
 
 __all__ = ["RunOptions", "RunSettings"]
 
@@ -44,6 +48,9 @@ class RunSettings:
             `TapeApprover` wraps the approver, and the model client takes `Tape.answers`).
         backend: where admitted calls of the families it takes are made (a Dask cluster:
             `engine.backend`); by default, all of them in this process.
+        growing: the plan grows while it runs (a plan the model is still writing): it
+            starts with no step; steps join with `Executor.admit` until the whole plan is
+            given to `Executor.settle`, and the run ends only after that.
     """
 
     inputs: Mapping[str, Any] = field(default_factory=dict)
@@ -59,6 +66,38 @@ class RunSettings:
     dry_run: bool = False
     tool_results: Results | None = None
     backend: Backend | None = None
+    growing: bool = False
+
+    def event_bus(self, run_id: str, secrets: Secrets) -> EventBus:
+        """The run's bus: `events`, or one of its own; its sinks get what `secrets` redacts
+        unless the bus has a redactor already."""
+        if self.events is None:
+            return EventBus(run_id, redact=secrets.redact_value)
+        if self.events.redact is None:
+            self.events.redact = secrets.redact_value
+        return self.events
+
+    def sandbox(
+        self, plan: Plan, registry: Registry, base_dir: Path, gates: RunGates, events: EventBus
+    ) -> Sandbox:
+        """The run's sandbox: the plan's grants and limits, the run's gates and events."""
+        return Sandbox(
+            registry,
+            plan.capabilities,
+            base_dir,
+            gate=gates.gate,
+            events=events,
+            default_timeout=plan.limits.timeout,
+            max_tool_calls=plan.limits.max_tool_calls,
+            per_family=plan.limits.per_family,
+            ask=gates.ask,
+            llm=self.llm,
+            dry_run=self.dry_run,
+            results=self.tool_results or LiveResults(),
+            backend=self.backend,
+            # Kept steps' calls count in this run's usage, and against its max_tool_calls.
+            calls=sum(r.usage.tool_calls for r in self.preloaded.values()),
+        )
 
 
 class RunOptions(TypedDict, total=False):
@@ -77,3 +116,4 @@ class RunOptions(TypedDict, total=False):
     dry_run: bool
     tool_results: Results | None
     backend: Backend | None
+    growing: bool

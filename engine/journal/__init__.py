@@ -178,6 +178,8 @@ class Journal(JournalBook):
                     self._step_finished(executor.results[step_id], step_id, event.ts)
             elif kind == "llm.called":
                 self._llm_called(event)
+            elif kind == "step.discarded" and step_id is not None:
+                self._step_discarded(step_id, event.data.get("status"))
 
         executor.events.subscribe(seen)
 
@@ -188,6 +190,19 @@ class Journal(JournalBook):
         usage["calls"] += 1
         usage["prompt_tokens"] += int(event.data.get("prompt_tokens") or 0)
         usage["completion_tokens"] += int(event.data.get("completion_tokens") or 0)
+
+    def _step_discarded(self, step_id: str, status: Any) -> None:
+        """An early step of a streamed plan that the whole plan did not keep: what was
+        journaled of it no longer stands (a resume runs the plan's own version)."""
+        self._events.pop(step_id, None)
+        self._usage.pop(step_id, None)
+        if step_id not in self._journaled:
+            return
+        self._journaled.discard(step_id)
+        self.done -= 1 if status in KEPT else 0
+        error = "discarded: the whole plan changed this step"
+        data = {"result": {"status": "pending", "attempts": 0, "error": error}}
+        self.write("step", step_id, data, durable=False)
 
     def _step_finished(self, result: StepResult, step_id: str, at: float) -> None:
         self._journaled.add(step_id)

@@ -27,7 +27,8 @@ from engine.planning import Planner
 from engine.recording import Tape
 from engine.results import ReplayReport, RunResult, StepResult
 from engine.session._parts import Attached, Frontend, SessionOptions
-from engine.session._run import SessionResult, SessionRun, plan_from_text, run_async
+from engine.session._run import SessionResult, SessionRun, plan_from_text
+from engine.session._signals import run_async
 
 __all__ = ["Attached", "Frontend", "Session", "SessionOptions", "SessionResult", "plan_from_text"]
 

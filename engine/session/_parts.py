@@ -39,6 +39,8 @@ class SessionOptions:
             else the recipe's `llm: context_window`).
         preflight: the check of the endpoint before anything runs: `models` (`GET
             /models`) or `chat` (also a one-token chat request).
+        stream: read a goal's plan as the model streams it: read-only steps start as
+            they arrive, the rest waits for the whole plan (`engine.session._early`).
     """
 
     dry_run: bool = False
@@ -48,6 +50,7 @@ class SessionOptions:
     llm_max_tokens: int | None = None
     llm_context: int | None = None
     preflight: Literal["models", "chat"] = "models"
+    stream: bool = False
 
 
 @dataclass

@@ -4,18 +4,13 @@ handling, and replanning after a failure."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
-import signal
-import threading
 import uuid
-from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from engine._support.clock import now
-from engine._support.threads import DaemonThreadPool
 from engine.capability import Registry
 from engine.errors import PlanValidationError, StepError
 from engine.events import EventBus
@@ -29,13 +24,15 @@ from engine.render import plan_has_side_effects
 from engine.results import RunResult, StepResult, Usage
 from engine.sandbox import LiveResults, Results
 from engine.sanitize import cap, neutralize
+from engine.session._early import EarlyRun
+from engine.session._signals import with_signals
 from engine.validation import validate_plan
 from engine.yaml import parse_recipe_text
 
 if TYPE_CHECKING:
-    from engine.session._parts import Frontend, SessionParts
+    from engine.session._parts import Attached, Frontend, SessionParts
 
-__all__ = ["SessionResult", "SessionRun", "plan_from_text", "run_async"]
+__all__ = ["SessionResult", "SessionRun", "plan_from_text"]
 
 _T = TypeVar("_T")
 
@@ -74,6 +71,8 @@ class SessionRun:
     planned: list[Plan | None] = field(default_factory=list)
     # A goal session's own events: its planning and replanning (`Frontend.watch`).
     events: EventBus | None = None
+    # The run a streamed plan's read-only steps began, until the plan is approved.
+    early: EarlyRun | None = None
 
     def _client(self) -> LLMClient | None:
         if self.config is None:
@@ -230,15 +229,61 @@ class SessionRun:
         context: str | None = None,
         keep: list[dict[str, Any]] | None = None,
     ) -> Plan | None:
+        if self.session.planner is None:
+            raise StepError("this session has no planner for goals")
+        if self._streams():
+            self.early = EarlyRun(
+                lambda plan: self._begin(plan, client, self.kept, growing=True),
+                self.session.registry,
+                self.base_dir,
+                self.events,
+            )
+        try:
+            plan = await self._reviewed(client, context=context, keep=keep)
+        except BaseException:  # (Ctrl-C too) what began must not outlive planning
+            await self._abandon_early()
+            raise
+        if plan is None:
+            await self._abandon_early()
+        return plan
+
+    def _streams(self) -> bool:
+        """Whether the plan is read as it streams (`--stream`, or the recipe's `planner:
+        {stream: true}`); not when answers come from a recording, which has them whole."""
+        planner = self.base.get("planner")
+        asked = self.session.options.stream or (
+            isinstance(planner, dict) and planner.get("stream") is True
+        )
+        return asked and not self.session.offline
+
+    async def _abandon_early(self) -> None:
+        early, self.early = self.early, None
+        if early is not None:
+            await early.abandon()
+
+    async def _reviewed(
+        self,
+        client: LLMClient,
+        *,
+        context: str | None = None,
+        keep: list[dict[str, Any]] | None = None,
+    ) -> Plan | None:
         session = self.session
         frontend = self.frontend
-        if session.planner is None:
-            raise StepError("this session has no planner for goals")
+        assert session.planner is not None
         goal = self.goal or ""
         frontend.say(f"planning: {goal}")
+        early = self.early
         outcome = await session.planner(client).plan(
-            goal, base=self.base, base_dir=self.base_dir, context=context, keep=keep
+            goal,
+            base=self.base,
+            base_dir=self.base_dir,
+            context=context,
+            keep=keep,
+            **({"on_step": early.offer} if early is not None else {}),
         )
+        if early is not None:
+            outcome.early = early.states()
         await frontend.show_plan(outcome)
         bound = session.registry.bind(outcome.plan.capabilities, self.base_dir)
         if session.options.dry_run or not plan_has_side_effects(outcome.plan, bound):
@@ -266,6 +311,33 @@ class SessionRun:
     async def _execute(
         self, plan: Plan, client: LLMClient | None, preloaded: dict[str, StepResult]
     ) -> SessionResult:
+        early, self.early = self.early, None
+        running: asyncio.Task[RunResult] | None = None
+        if early is not None and early.executor is not None and early.fits(plan):
+            # The run began with the plan's read-only steps: it goes on as the whole plan.
+            assert early.attached is not None
+            executor, attached, running = early.executor, early.attached, early.task
+            await executor.settle(plan)
+            self._journal_plan(plan)
+        else:  # (a person's edit changed the grants: the early steps' results are dropped)
+            if early is not None:
+                await early.abandon()
+            executor, attached = self._begin(plan, client, preloaded)
+        with attached.showing:
+            result = await with_signals(executor, self.frontend.say, running)
+        return SessionResult(result, executor.secrets)
+
+    def _begin(
+        self,
+        plan: Plan,
+        client: LLMClient | None,
+        preloaded: dict[str, StepResult],
+        *,
+        growing: bool = False,
+    ) -> tuple[Executor, Attached]:
+        """The run of `plan`: its executor, journaled and recorded, and what the frontend
+        attaches to it. A `growing` run (a plan still streaming) journals its plan once it
+        is whole (`_journal_plan`)."""
         session = self.session
         journal = session.journal
         # One registry for the run and its journal: no secret is written in clear.
@@ -280,8 +352,8 @@ class SessionRun:
         if journal is not None:
             approver = journal.approver(approver)
             results = journal.results(results)
-            model = self.config.model if self.config is not None else None
-            journal.plan(plan.to_data(), inputs=self.inputs, model=model)
+            if not growing:
+                self._journal_plan(plan)
         agent = session.agent(client) if client is not None and session.agent is not None else None
         settings = RunSettings(
             inputs=self.inputs,
@@ -296,15 +368,20 @@ class SessionRun:
             secrets=secrets,
             run_id=run_id,
             backend=session.backend,
+            growing=growing,
         )
         executor = Executor(
             plan, registry=session.registry, base_dir=self.base_dir, settings=settings
         )
         if journal is not None:
             journal.watch(executor)
-        with attached.showing:
-            result = await _with_signals(executor, self.frontend.say)
-        return SessionResult(result, executor.secrets)
+        return executor, attached
+
+    def _journal_plan(self, plan: Plan) -> None:
+        journal = self.session.journal
+        if journal is not None:
+            model = self.config.model if self.config is not None else None
+            journal.plan(plan.to_data(), inputs=self.inputs, model=model)
 
 
 def plan_from_text(text: str, registry: Registry, base_dir: Path) -> Plan:
@@ -371,54 +448,3 @@ def _replan_context(result: RunResult, secrets: Secrets) -> str:
             line += f"; error: {_bounded(step.error, secrets)}"
         lines.append(line)
     return "\n".join(lines)
-
-
-def run_async(main: Coroutine[Any, Any, _T]) -> _T:
-    """`asyncio.run(main)`, on worker threads that cannot hold up the exit: a step cancelled
-    by Ctrl-C or its timeout may leave a thread running (a slow user function), and the
-    default executor would be waited for without bound (see `engine._support.threads`)."""
-    with _default_interrupts(), asyncio.Runner() as runner:
-        runner.get_loop().set_default_executor(DaemonThreadPool())
-        return runner.run(main)
-
-
-@contextlib.contextmanager
-def _default_interrupts() -> Iterator[None]:
-    """Ctrl-C as Python's default while the session runs, whatever handler the caller had:
-    the runner then turns the first press into a cancel of the session (which ends the
-    run and stores how it ended) and the second into `KeyboardInterrupt`."""
-    if threading.current_thread() is not threading.main_thread():
-        yield  # only the main thread receives signals
-        return
-    before = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGINT, before)
-
-
-async def _with_signals(executor: Executor, say: Callable[[str], None]) -> RunResult:
-    """Run; the first Ctrl-C (or SIGTERM) cancels running steps (`finally` steps still
-    run), the second cancels everything."""
-    loop = asyncio.get_running_loop()
-    presses = 0
-    current = asyncio.current_task()
-    assert current is not None
-    task: asyncio.Task[Any] = current
-
-    def interrupt() -> None:
-        nonlocal presses
-        presses += 1
-        if presses == 1:
-            say("\ninterrupted: cancelling running steps (again to force)")
-            executor.cancel()
-        else:
-            task.cancel()
-
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        loop.add_signal_handler(sig, interrupt)
-    try:
-        return await executor.run()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.remove_signal_handler(sig)
