@@ -82,6 +82,7 @@ class Sandbox:
     step_warnings: dict[str, list[str]] = field(default_factory=dict)
     _grants: dict[str, BaseModel] = field(default_factory=dict, init=False)
     _slots: dict[str, asyncio.Semaphore | None] = field(default_factory=dict, init=False)
+    _missing: dict[str, dict[str, str] | None] = field(default_factory=dict, init=False)
 
     def __post_init__(self) -> None:
         for family_name, raw in self.grants.items():
@@ -155,7 +156,8 @@ class Sandbox:
         except StepError as exc:  # refused before anything ran
             self._audit(name, step_id, attempt, "denied", exc, number)
             raise
-        self._record_called(admitted, number)
+        item = current_item()  # (an item's attempts are numbered within it)
+        self._record_called(admitted, number, item)
         run, slots = self._runner(admitted, limit)
         # Awaited here, not in a coroutine of its own: one frame less on every call.
         try:
@@ -169,7 +171,7 @@ class Sandbox:
             exc.attempt = exc.attempt or call.attempt
             self._audit(call.action, call.step_id, call.attempt, "allowed", exc, number)
             raise
-        self._record_finished(admitted, number, output)
+        self._record_finished(admitted, number, output, item)
         return output
 
     # -- the seams of a call: admit, budget, gate, execute, record ---------------------------
@@ -330,7 +332,7 @@ class Sandbox:
             return run, None
         return run, self._family_slots(action.family, remote=backend is not None)
 
-    def _record_called(self, admitted: Admitted, number: int | None) -> None:
+    def _record_called(self, admitted: Admitted, number: int | None, item: int | None) -> None:
         """`tool.called`: the call was allowed (with the confinement layers it lacks)."""
         if self.events is None:
             return
@@ -341,18 +343,20 @@ class Sandbox:
             "tool.called",
             call.step_id,
             call.attempt,
-            item=current_item(),  # (an item's attempts are numbered within it)
+            item=item,
             call=number,
             action=call.action,
             decision="allowed",
             rule=f"grant.{family}",
             side_effects=admitted.side_effects,
-            missing_confinement=self._missing_layers(family) or None,
+            missing_confinement=self._missing_layers(family),
             tool_call_id=current_tool_call(),
             **said,
         )
 
-    def _record_finished(self, admitted: Admitted, number: int | None, output: Any) -> None:
+    def _record_finished(
+        self, admitted: Admitted, number: int | None, output: Any, item: int | None
+    ) -> None:
         """`tool.finished`, and a warning for the step when the output was cut at a limit."""
         call = admitted.call
         if self.events is not None:
@@ -361,7 +365,7 @@ class Sandbox:
                 "tool.finished",
                 call.step_id,
                 call.attempt,
-                item=current_item(),
+                item=item,
                 call=number,
                 action=call.action,
                 decision="allowed",
@@ -369,7 +373,7 @@ class Sandbox:
                 outcome="ok",
                 **said,
             )
-        warning = truncation_warning(admitted.action, admitted.model, output, current_item())
+        warning = truncation_warning(admitted.action, admitted.model, output, item)
         if warning is not None:
             self._warn(call.step_id, call.attempt, call.action, warning)
 
@@ -395,12 +399,16 @@ class Sandbox:
             self._slots[family_name] = asyncio.Semaphore(limit) if limit else None
         return self._slots[family_name]
 
-    def _missing_layers(self, family_name: str) -> dict[str, str]:
-        """Confinement layers this machine lacks for the family: never silently absent."""
+    def _missing_layers(self, family_name: str) -> dict[str, str] | None:
+        """Confinement layers this machine lacks for the family (None: it lacks none):
+        never silently absent. Probed once per family and run."""
+        if family_name in self._missing:
+            return self._missing[family_name]
         family = self.registry.families[family_name]
-        if family.confinement is None:
-            return {}
-        return {k: v for k, v in family.confinement().items() if not v.startswith("active")}
+        report = family.confinement() if family.confinement is not None else {}
+        missing = {k: v for k, v in report.items() if not v.startswith("active")} or None
+        self._missing[family_name] = missing
+        return missing
 
     def _spend(self, step_id: str) -> int:
         """The tool-call budget: the call counted, its number in the run returned."""
