@@ -49,15 +49,19 @@ def plan_problems(
     *,
     roots: Sequence[Path] = (),
     example: Sequence[dict[str, Any]] = (),
+    whole: bool = True,
 ) -> list[Diagnostic]:
     """What makes `plan` not a plan for `goal`: a step copied from the prompt's `example`
     steps, a placeholder param, the goal's paths unused. `roots`: the folders the goal's
-    paths are relative to (a path under none of them is one the plan must make)."""
+    paths are relative to (a path under none of them is one the plan must make). A plan
+    not `whole` (the steps of a streaming answer so far) is checked step by step only."""
     problems = [
         *_copied(plan, file, example),
         *_placeholders(plan, file, goal.casefold()),
     ]
-    return problems or _unused_paths(goal, plan, file, roots)
+    if problems or not whole:
+        return problems
+    return _unused_paths(goal, plan, file, roots)
 
 
 def _copied(plan: Plan, file: str, example: Sequence[dict[str, Any]]) -> Iterator[Diagnostic]:

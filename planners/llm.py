@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import io
 import json
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,13 +22,15 @@ from ruamel.yaml import YAML
 from engine.capability import Registry
 from engine.diagnostics import Diagnostic
 from engine.errors import PlanValidationError, StepFailed
-from engine.llm import LLMClient, NoJSON, PromptTooLong
+from engine.llm import LLMClient, NoJSON, PromptTooLong, streaming_to
+from engine.model import Plan, Step
 from engine.model_schema import for_model
 from engine.planning import PlanOutcome
 from engine.validation import validate_plan
 from planners._goal_checks import plan_problems
 from planners._plan_schema import plan_schema
 from planners._prompt import example, problem_lines, system_prompt
+from planners._streamed import StreamedSteps
 from planners.recipe import parse_recipe_text
 
 __all__ = ["MAX_REPAIRS", "LLMPlanner", "PlanOutcome", "model_written", "plan_to_yaml"]
@@ -75,12 +78,18 @@ class LLMPlanner:
         file: str = "plan.yaml",
         context: str | None = None,
         keep: list[dict[str, Any]] | None = None,
+        on_step: Callable[[Plan, Step], None] | None = None,
     ) -> PlanOutcome:
         """Plan `goal` within `base` (the recipe's capabilities, limits, inputs...).
 
         `keep` holds steps that already succeeded (replanning): they stay in the plan as
         they are, the model's steps may read their outputs, and a model step reusing one
         of their ids is dropped, so nothing that succeeded runs again.
+
+        `on_step`: the answers are read as they stream, and each complete step, valid
+        among the steps so far (the same validation and per-step goal checks), is handed
+        to it at once with the plan of those steps (`planners._streamed`). The plan
+        returned is still the whole answer's, validated and repaired as without it.
 
         Raises:
             BudgetExceeded / ConfigurationError / StepTimeout: from the model client.
@@ -97,6 +106,17 @@ class LLMPlanner:
         roots = _roots(base_dir, grants)
         compact = False  # each tool its name and params only, when the whole does not fit
 
+        def partial(steps: list[Any]) -> Plan | None:
+            """The plan of a streaming answer's steps so far, if it is valid."""
+            text = plan_to_yaml(_recipe({"steps": steps}, goal, base, keep or []))
+            try:
+                data, source = parse_recipe_text(text, file)
+                plan = validate_plan(data, source, self.registry, base_dir=base_dir, planned=True)
+            except PlanValidationError:
+                return None
+            checks = plan_problems(goal, plan, file, roots=roots, example=shown, whole=False)
+            return None if checks else plan
+
         async def ask(repair: list[dict[str, Any]]) -> Any:
             """The model's answer to the opening and `repair`; the tools listed compactly
             from the first request that would not fit the context window on."""
@@ -107,8 +127,12 @@ class LLMPlanner:
                     {"role": "system", "content": system},
                     {"role": "user", "content": prompt},
                 ]
+                messages = opening + repair
                 try:
-                    return await self.client.chat_json(opening + repair, schema, name="plan")
+                    if on_step is None:
+                        return await self.client.chat_json(messages, schema, name="plan")
+                    with streaming_to(StreamedSteps(partial, on_step)):
+                        return await self.client.chat_json(messages, schema, name="plan")
                 except PromptTooLong:
                     if compact:
                         raise
@@ -188,7 +212,10 @@ def _recipe(
         fresh = [s for s in steps or [] if not (isinstance(s, dict) and s.get("id") in kept)]
         steps = [*keep, *fresh]
     recipe: dict[str, Any] = {"version": 1, "name": base.get("name", "plan")}
-    for key in ("description", "inputs", "llm", "capabilities", "limits", "on_failure", "replan"):
+    for key in (
+        "description", "inputs", "llm", "planner", "capabilities", "limits", "on_failure",
+        "replan",
+    ):  # fmt: skip
         if key in base:
             recipe[key] = base[key]
     recipe["goal"] = goal

@@ -31,7 +31,7 @@ from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_aft
 from engine._support.clock import now
 from engine.errors import ConfigurationError, PlanloomError, StepError, StepTimeout
 from engine.llm._json import chat_json
-from engine.llm._stream import Assembly
+from engine.llm._stream import Assembly, ContentSink, begin_feed, streaming_to
 from engine.llm._text import one_line, said
 from engine.llm._types import (
     Answers,
@@ -68,6 +68,7 @@ __all__ = [
     "Answers",
     "Budget",
     "ChatResult",
+    "ContentSink",
     "LLMClient",
     "LLMConfig",
     "LLMError",
@@ -78,6 +79,7 @@ __all__ = [
     "estimate_tokens",
     "extract_json",
     "resolve_llm_config",
+    "streaming_to",
 ]
 
 PROGRESS_EVERY = 0.5
@@ -364,9 +366,11 @@ class LLMClient:
                 return plain_body(await _body(stream.response))
             answer = Assembly()
             reported = now()
+            feed = begin_feed()  # whoever reads the answer as it comes (`streaming_to`)
             with transport(stream.response.request):  # (a body cut short, a reset)
                 async for chunk in stream:
-                    answer.add(chunk)
+                    if (text := answer.add(chunk)) and feed is not None:
+                        feed(text)
                     moment = now()
                     if (
                         self.on_progress is not None
