@@ -249,3 +249,18 @@ def test_a_goal_recipe_asks_for_streaming_with_planner_stream(workspace: Path) -
     started = _first(events, "step.started", "read_a")
     assert events.index(started) < events.index(_first(events, "llm.called"))
     assert (workspace / "work" / "out" / "summary.txt").read_text() == "apples+bananas"
+
+
+@pytest.mark.slow
+def test_a_plan_stream_cut_short_and_asked_again_runs_each_read_once(workspace: Path) -> None:
+    with FakeOpenAIServer(ScriptedModel.sequence(PLAN, PLAN)) as server:
+        server.inject(Fault.cut(after_chunks=14))  # read_a is whole by then; read_b is not
+        server.inject(Fault.slow(PIECE))
+        proc = planloom(*_args(server, "--yes", "--json"), cwd=workspace)
+        assert len(server.requests) == 2
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["status"] == "succeeded"
+    events = _events(workspace)
+    assert _count(events, "step.started", "read_a") == 1  # offered again: the same step
+    assert _count(events, "step.started", "read_b") == 1
+    assert (workspace / "work" / "out" / "summary.txt").read_text() == "apples+bananas"
