@@ -36,6 +36,11 @@ def _registry(calls: list[tuple[str, Any]]) -> Registry:
         await asyncio.sleep(delay)
         return key.upper()
 
+    @registry.function("t.fail", side_effects=False)
+    async def fail(key: str) -> str:
+        calls.append(("fail", key))
+        raise RuntimeError(f"no {key}")
+
     @registry.function("t.write", side_effects=True)
     async def write(key: str, value: str) -> str:
         calls.append(("write", (key, value)))
@@ -200,3 +205,23 @@ async def test_a_run_cancelled_before_its_plan_is_whole_ends_with_nothing_more_s
     # the plan so far is what the run reports: its early step cancelled
     assert {k: v.status for k, v in result.steps.items()} == {"slow": "cancelled"}
     assert calls == [("read", "s")]
+
+
+@_in_a_loop
+async def test_an_early_step_that_failed_and_is_thrown_away_does_not_stop_the_plan() -> None:
+    calls: list[tuple[str, Any]] = []
+    registry = _registry(calls)
+    bad = {"id": "bad", "tool": "t.fail", "params": {"key": "k"}}
+    partial = _plan(bad)
+    executor, _ = _executor(registry, partial)
+    run = asyncio.create_task(executor.run())
+    assert executor.admit(_step(partial, "bad"))
+    await _until(lambda: "bad" in executor.results, "the early step to fail")
+    assert executor.results["bad"].status == "failed"
+    await executor.settle(_plan(_read("a", "x"), _write("w", "${{ steps.a.output }}")))
+    result = await asyncio.wait_for(run, 5)
+    # the failure stopped the graph (on_failure: stop) while it stood; thrown away, it
+    # stops nothing, and the plan's own steps all run
+    assert result.status == "succeeded"
+    assert {k: v.status for k, v in result.steps.items()} == {"a": "succeeded", "w": "succeeded"}
+    assert calls[-1] == ("write", ("k", "X"))

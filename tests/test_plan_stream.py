@@ -264,3 +264,33 @@ def test_a_plan_stream_cut_short_and_asked_again_runs_each_read_once(workspace: 
     assert _count(events, "step.started", "read_a") == 1  # offered again: the same step
     assert _count(events, "step.started", "read_b") == 1
     assert (workspace / "work" / "out" / "summary.txt").read_text() == "apples+bananas"
+
+
+@pytest.mark.slow
+def test_a_streamed_replan_keeps_what_succeeded_and_starts_its_new_reads_early(
+    workspace: Path,
+) -> None:
+    (workspace / "goal.yaml").write_text(
+        f"version: 1\nname: g\ngoal: {GOAL}\nplanner: {{stream: true}}\nreplan: {{max: 1}}\n"
+        f"{CAPABILITIES}",
+        encoding="utf-8",
+    )
+    missing = {"id": "read_c", "tool": "fs.read", "params": {"path": "c.txt"}}  # fails
+    save_c = {**SAVE, "params": {**SAVE["params"], "content": "${{ steps.read_c.output.content }}"}}
+    first = {"goal": GOAL, "steps": [READ_A, missing, save_c]}
+    second = {"goal": GOAL, "steps": [READ_B, SAVE]}
+    with FakeOpenAIServer(ScriptedModel.sequence(first, second)) as server:
+        server.inject(Fault.slow(PIECE))
+        server.inject(Fault.slow(PIECE))
+        proc = planloom(
+            "run", "goal.yaml", "--yes", "--json", "--base-url", server.base_url, "--model",
+            "m", "--log-file", "events.jsonl", cwd=workspace,
+        )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert "replanning after the failure (1 step kept)" in proc.stderr
+    events = _events(workspace)
+    assert _count(events, "step.started", "read_a") == 1  # kept: never run again
+    answers = [e for e in events if e["event"] == "llm.called"]
+    read_b = _first(events, "step.started", "read_b")
+    assert events.index(read_b) < events.index(answers[1])  # began while the replan streamed
+    assert (workspace / "work" / "out" / "summary.txt").read_text() == "apples+bananas"

@@ -51,6 +51,7 @@ from engine.templating import (
 )
 from engine.validation import ensure_valid
 
+_NOT_DONE = frozenset({*BLOCKING, "pending"})
 _SETTLE_EVERY = 5000  # steps ended between two freezes of what the run keeps
 
 __all__ = ["Executor", "RunOptions", "RunSettings", "Sleep", "run_plan"]
@@ -224,7 +225,8 @@ class Executor:
         if self._stop_reason == "max_duration":
             return "failed"
         ended = self.results
-        if any(s.id in ended and ended[s.id].status in BLOCKING for s in steps):
+        # A step that never started is no success either, whatever stopped it.
+        if any(s.id in ended and ended[s.id].status in _NOT_DONE for s in steps):
             return "failed"
         return "succeeded"
 

@@ -128,6 +128,10 @@ class Scheduler(Generic[OutcomeT]):
             self.edges.dependents.pop(node, None)
         if any(node in nodes for node in self._ready):
             self._ready = deque(node for node in self._ready if node not in nodes)
+        if self.stopped_by in nodes:  # what stopped the graph has left it: it goes on
+            self.stopped_by = next(
+                (node for node, ended in self.outcomes.items() if self._blocks(ended)), None
+            )
         self._done.put_nowait(None)
         return cancelled
 

@@ -76,9 +76,9 @@ class EarlyRun:
             joined = self.executor.admit(step)
         if joined:
             self.joined.append(step.id)
-        if self.events is not None:
-            what = step.tool or "agent"
-            self.events.emit("plan.step", step.id, action=what, early=joined)
+        if self.events is not None:  # (a step written again, a repair's: begun already)
+            what, early = step.tool or "agent", step.id in self.joined
+            self.events.emit("plan.step", step.id, action=what, early=early)
 
     def fits(self, plan: Plan) -> bool:
         """Whether the run begun can go on as `plan`'s: the same grants, limits and inputs

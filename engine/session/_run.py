@@ -4,7 +4,6 @@ handling, and replanning after a failure."""
 from __future__ import annotations
 
 import asyncio
-import json
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,8 +22,8 @@ from engine.redaction import Secrets
 from engine.render import plan_has_side_effects
 from engine.results import RunResult, StepResult, Usage
 from engine.sandbox import LiveResults, Results
-from engine.sanitize import cap, neutralize
 from engine.session._early import EarlyRun
+from engine.session._replan import replan_context, replan_notice
 from engine.session._signals import with_signals
 from engine.validation import validate_plan
 from engine.yaml import parse_recipe_text
@@ -35,12 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["SessionResult", "SessionRun", "plan_from_text"]
 
 _T = TypeVar("_T")
-
-# What a replan says of the failed run, bounded however large the plan or its errors:
-_LINE = 300  # characters of one error or output
-_FAILURES_SHOWN = 5  # failures the person is shown
-_FAILURES_TOLD = 20  # failures the planner is told
-_STEPS_TOLD = 100  # steps whose status the planner is told
 
 
 @dataclass
@@ -169,20 +162,13 @@ class SessionRun:
                 if step.status in ("succeeded", "fallback")
             }
             secrets = outcome.secrets if outcome.secrets is not None else Secrets()
-            failures = _failures(result, secrets)
-            shown = [f"\n  {neutralize(line)}" for line in failures[:_FAILURES_SHOWN]]
-            if len(failures) > _FAILURES_SHOWN:
-                shown.append(f"\n  (and {len(failures) - _FAILURES_SHOWN} more)")
-            self.frontend.say(
-                f"replanning after the failure ({len(kept)} step{'' if len(kept) == 1 else 's'} "
-                f"kept):{''.join(shown)}"
-            )
+            self.frontend.say(replan_notice(result, secrets, len(kept)))
             keep = [
                 s.model_dump(by_alias=True, exclude_unset=True) for s in plan.steps if s.id in kept
             ]
             try:
-                context = _replan_context(result, secrets)
-                replanned = await self._plan(client, context=context, keep=keep)
+                context = replan_context(result, secrets)
+                replanned = await self._plan(client, context=context, keep=keep, before=kept)
             except StepError as exc:  # keep the failed run's result, say why it stands
                 self.frontend.say(f"replanning failed: {exc.message}")
                 result.errors.append(f"replanning failed: {exc.message}")
@@ -203,16 +189,19 @@ class SessionRun:
         *,
         context: str | None = None,
         keep: list[dict[str, Any]] | None = None,
+        before: dict[str, StepResult] | None = None,
     ) -> Plan | None:
         """Plan the goal, show the plan, have it reviewed; None if it was rejected. Its
-        model calls and how it ended are the session's events."""
+        model calls and how it ended are the session's events. `before`: the results of
+        the steps the plan keeps (a replan's), which a streamed plan's run begins with."""
+        before = self.kept if before is None else before
         events = self.events
         if events is None:
-            return await self._planned(client, context=context, keep=keep)
+            return await self._planned(client, context=context, keep=keep, before=before)
         ModelCallEvents(client, events).install()  # a run's executor installs its own
         events.emit("plan.started", replan=context is not None)
         try:
-            plan = await self._planned(client, context=context, keep=keep)
+            plan = await self._planned(client, context=context, keep=keep, before=before)
         except StepError as exc:
             events.emit("plan.finished", outcome="failed", error=exc.message)
             raise
@@ -226,14 +215,15 @@ class SessionRun:
         self,
         client: LLMClient,
         *,
-        context: str | None = None,
-        keep: list[dict[str, Any]] | None = None,
+        context: str | None,
+        keep: list[dict[str, Any]] | None,
+        before: dict[str, StepResult],
     ) -> Plan | None:
         if self.session.planner is None:
             raise StepError("this session has no planner for goals")
         if self._streams():
             self.early = EarlyRun(
-                lambda plan: self._begin(plan, client, self.kept, growing=True),
+                lambda plan: self._begin(plan, client, before, growing=True),
                 self.session.registry,
                 self.base_dir,
                 self.events,
@@ -402,49 +392,3 @@ def _spent(client: LLMClient) -> Usage:
         prompt_tokens=budget.prompt_tokens,
         completion_tokens=budget.completion_tokens,
     )
-
-
-def _failures(result: RunResult, secrets: Secrets) -> list[str]:
-    """What made a run fail, a line each, redacted and bounded: each step that ended
-    `failed` or `denied`, with its error, then the run's own errors (an output that could
-    not be made, the run's time running out)."""
-    lines = [
-        f"step '{step_id}' {step.status}: {_bounded(step.error or '(no error message)', secrets)}"
-        for step_id, step in result.steps.items()
-        if step.status in ("failed", "denied")
-    ]
-    return lines + [_bounded(error, secrets) for error in result.errors]
-
-
-def _bounded(text: str, secrets: Secrets) -> str:
-    """`text` redacted, on one line, then cut (after redacting: a secret cut in two would
-    no longer be found)."""
-    return cap(" ".join(secrets.redact(text).splitlines()), _LINE)[0]
-
-
-def _replan_context(result: RunResult, secrets: Secrets) -> str:
-    """What the planner is told after a failure: what failed, then what ran and what it
-    gave; redacted, and bounded however large the plan."""
-    failures = _failures(result, secrets)
-    lines = [
-        "The previous plan failed:",
-        *(f"- {line}" for line in failures[:_FAILURES_TOLD]),
-        *(
-            [f"- (and {len(failures) - _FAILURES_TOLD} more)"]
-            if len(failures) > _FAILURES_TOLD
-            else []
-        ),
-        "Steps marked succeeded keep their outputs and must not be repeated (read them as "
-        "${{ steps.ID.output }}); plan the rest again. The steps of the previous plan:",
-    ]
-    for number, (step_id, step) in enumerate(result.steps.items()):
-        if number == _STEPS_TOLD:
-            lines.append(f"- (and {len(result.steps) - _STEPS_TOLD} more steps)")
-            break
-        line = f"- {step_id}: {step.status}"
-        if step.status in ("succeeded", "fallback"):
-            line += f"; output: {_bounded(json.dumps(step.output, default=repr), secrets)}"
-        elif step.error and step.status not in ("failed", "denied"):  # those are above
-            line += f"; error: {_bounded(step.error, secrets)}"
-        lines.append(line)
-    return "\n".join(lines)
