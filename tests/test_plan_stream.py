@@ -155,7 +155,7 @@ def test_an_invalid_plan_is_repaired_its_writes_never_run_and_unchanged_reads_ru
     with FakeOpenAIServer(ScriptedModel.sequence(first, PLAN)) as server:
         server.inject(Fault.slow(PIECE))
         server.inject(Fault.slow(PIECE))
-        proc = planloom(*_args(server, "--yes", "--json"), cwd=workspace)
+        proc = planloom(*_args(server, "--yes", "--json", "--record", "c.yaml"), cwd=workspace)
     assert proc.returncode == 0, proc.stderr
     result = json.loads(proc.stdout)
     assert result["status"] == "succeeded"
@@ -169,6 +169,16 @@ def test_an_invalid_plan_is_repaired_its_writes_never_run_and_unchanged_reads_ru
     assert _count(events, "step.started", "read_b") == 2
     assert result["steps"]["read_b"]["output"]["content"] == "bananas"
     assert result["usage"]["tool_calls"] == 4  # the thrown-away read was made all the same
+    # the recording holds what the repaired plan's run used: a replay (which runs the
+    # whole answer, nothing early) uses all of it and gives the same steps
+    replayed = planloom("replay", "c.yaml", "--json", cwd=workspace)
+    assert replayed.returncode == 0, replayed.stderr
+    again = json.loads(replayed.stdout)
+    assert again["replay"]["unused"] == []
+    assert again["replay"]["mismatches"] == []
+    assert again["steps"] == result["steps"] | {
+        k: {**v, "duration": None} for k, v in result["steps"].items()
+    }
 
 
 @pytest.mark.slow

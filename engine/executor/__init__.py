@@ -317,6 +317,7 @@ class Executor:
         for held in (*kept, sandbox.step_calls, sandbox.step_warnings, agents.transcripts):
             held.pop(step_id, None)
         self.spending.step_usage(step_id, 0)
+        sandbox.results.forget(step_id)
         status = ended.status if ended is not None else None
         self.events.emit("step.discarded", step_id, ended=ended is not None, status=status)
 

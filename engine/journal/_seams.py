@@ -42,6 +42,9 @@ class JournalResults:
     def timed(self) -> bool:
         return self.inner.timed
 
+    def forget(self, step_id: str) -> None:
+        self.inner.forget(step_id)  # (its journal entry is voided on `step.discarded`)
+
     def serves(self, call: ToolCall) -> bool:
         resumed = self.journal.resumed
         if resumed is not None and call.recorded and not call.read_only:

@@ -89,6 +89,14 @@ class TapeResults:
         """A cassette holds whole calls only: none is in doubt."""
         return None
 
+    def forget(self, step_id: str) -> None:
+        """A thrown-away early step: its recorded calls are dropped, and its calls (and its
+        items') are counted from the first again, as a replay that never ran it counts."""
+        tools = self.tape.cassette.tools
+        tools[:] = [tool for tool in tools if not _of(tool.step, step_id)]
+        for key in [k for k in self.tape.ordinals if k[0] == "tool" and _of(k[1], step_id)]:
+            del self.tape.ordinals[key]
+
     async def result(
         self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool = False
     ) -> Any:
@@ -157,3 +165,8 @@ class TapeResults:
             entry.output = self.tape.redact(output)
             self.tape.cassette.tools.append(entry)
         return output
+
+
+def _of(scope: object, step_id: str) -> bool:
+    """Whether `scope` is the step's own or one of its `for_each` items'."""
+    return isinstance(scope, str) and (scope == step_id or scope.startswith(f"{step_id}["))

@@ -74,6 +74,12 @@ class Results(Protocol):
         be the same every time (a cassette holds no times)."""
         ...
 
+    def forget(self, step_id: str) -> None:
+        """The step's calls so far no longer count (an early step of a streamed plan that
+        the whole plan threw away): a recording keeps only what the plan's run used, and
+        the step's calls are counted from the first again."""
+        ...
+
 
 class LiveResults:
     """Every result comes from running the action."""
@@ -90,3 +96,6 @@ class LiveResults:
         self, call: ToolCall, live: Callable[[], Awaitable[Any]], *, replayed: bool
     ) -> Any:
         return await live()
+
+    def forget(self, step_id: str) -> None:
+        return None
