@@ -338,7 +338,7 @@ class Sandbox:
             return
         call, family = admitted.call, admitted.action.family
         # What was said (the arguments) only for subscribers that asked (`EventBus.content`).
-        said = {"content": {"arguments": call.params}} if self.events.content else {}
+        said = {"arguments": call.params} if self.events.content else None
         self.events.emit(
             "tool.called",
             call.step_id,
@@ -351,7 +351,7 @@ class Sandbox:
             side_effects=admitted.side_effects,
             missing_confinement=self._missing_layers(family),
             tool_call_id=current_tool_call(),
-            **said,
+            content=said,
         )
 
     def _record_finished(
@@ -360,7 +360,7 @@ class Sandbox:
         """`tool.finished`, and a warning for the step when the output was cut at a limit."""
         call = admitted.call
         if self.events is not None:
-            said = {"content": {"result": output}} if self.events.content else {}
+            said = {"result": output} if self.events.content else None
             self.events.emit(
                 "tool.finished",
                 call.step_id,
@@ -371,7 +371,7 @@ class Sandbox:
                 decision="allowed",
                 rule=f"grant.{admitted.action.family}",
                 outcome="ok",
-                **said,
+                content=said,
             )
         warning = truncation_warning(admitted.action, admitted.model, output, item)
         if warning is not None:
