@@ -150,7 +150,15 @@ class Sandbox:
             # the run stopped), unless it may be made twice.
             call = admitted.call
             doubt = None if call.idempotent else self.results.in_doubt(call)
-            if self._gated(admitted, confirm, doubt):  # (most calls are not: no await)
+            # The gate is for side effects (`confirm: auto`), `confirm: always`, a grant
+            # that always asks, and a call in doubt (which only a person may approve).
+            asks = (
+                doubt is not None
+                or confirm == "always"
+                or (confirm == "auto" and admitted.side_effects)
+                or admitted.action.confirm_always
+            )
+            if asks and self._gate_there(doubt):  # (most calls do not ask: no await)
                 admitted = await self._pass_gate(admitted, doubt)
                 call = admitted.call
         except StepError as exc:  # refused before anything ran
@@ -237,26 +245,18 @@ class Sandbox:
             grant_rules(action, model, ctx)
         return Admitted(action, model, ctx, call, side_effects, served)
 
-    def _gated(self, admitted: Admitted, confirm: Confirm, doubt: str | None) -> bool:
-        """Whether the call goes to the gate: side effects (`confirm: auto`), `confirm:
-        always`, or a call in doubt, which only a person may approve.
+    def _gate_there(self, doubt: str | None) -> bool:
+        """Whether there is a gate for a call that asks for one.
 
         Raises:
             ApprovalDenied: the call is in doubt and there is nobody to ask.
         """
         if doubt is not None and self.gate is None:
             raise ApprovalDenied(f"{doubt}; nobody can be asked to run it again", in_doubt=True)
-        if self.gate is None:
-            return False
-        return (
-            confirm == "always"
-            or admitted.action.confirm_always  # the grant's: a step's `never` does not waive it
-            or (confirm == "auto" and admitted.side_effects)
-            or (doubt is not None)
-        )
+        return self.gate is not None
 
     async def _pass_gate(self, admitted: Admitted, doubt: str | None) -> Admitted:
-        """The confirmation gate, for a call `_gated` sends to it. What the person edits is
+        """The confirmation gate, for a call that asks for it. What the person edits is
         checked as a call of its own and replaces the params.
 
         Raises:
@@ -264,7 +264,7 @@ class Sandbox:
             CapabilityDenied: the edited params are refused.
         """
         gate = self.gate
-        if gate is None:  # (`_gated` says no gate, no call to it)
+        if gate is None:  # (`_gate_there` says no gate: no call to it)
             return admitted
         action, call, side_effects = admitted.action, admitted.call, admitted.side_effects
         replayed = doubt is None and admitted.served
@@ -373,6 +373,8 @@ class Sandbox:
                 outcome="ok",
                 content=said,
             )
+        if not isinstance(output, dict):  # only a result of fields says it was cut short
+            return
         warning = truncation_warning(admitted.action, admitted.model, output, item)
         if warning is not None:
             self._warn(call.step_id, call.attempt, call.action, warning)
