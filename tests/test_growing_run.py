@@ -81,6 +81,17 @@ def _executor(registry: Registry, opening: Plan) -> tuple[Executor, _Seen]:
     return Executor(opening, registry=registry, base_dir=Path.cwd(), settings=settings), seen
 
 
+async def _slow_step_running() -> tuple[Executor, _Seen, asyncio.Task[Any]]:
+    """A growing run whose one early step (a 30 s read) has started."""
+    calls: list[tuple[str, Any]] = []
+    partial = _plan(_read("slow", "s", delay=30))
+    executor, seen = _executor(_registry(calls), partial)
+    run = asyncio.create_task(executor.run())
+    assert executor.admit(_step(partial, "slow"))
+    await _until(lambda: calls, "the slow step to start")
+    return executor, seen, run
+
+
 async def _until(check: Any, what: str) -> None:
     for _ in range(500):
         if check():
@@ -156,13 +167,7 @@ async def test_a_changed_early_step_and_what_reads_it_are_forgotten_and_run_as_t
 
 @_in_a_loop
 async def test_a_running_early_step_the_plan_drops_is_cancelled_and_waited_for() -> None:
-    calls: list[tuple[str, Any]] = []
-    registry = _registry(calls)
-    partial = _plan(_read("slow", "s", delay=30))
-    executor, seen = _executor(registry, partial)
-    run = asyncio.create_task(executor.run())
-    assert executor.admit(_step(partial, "slow"))
-    await _until(lambda: calls, "the slow step to start")
+    executor, seen, run = await _slow_step_running()
     whole = _plan(_write("w", "v"))
     kept = await asyncio.wait_for(executor.settle(whole), 5)
     result = await asyncio.wait_for(run, 5)
@@ -192,19 +197,13 @@ async def test_a_step_reading_one_that_has_not_joined_waits_for_the_whole_plan()
 
 @_in_a_loop
 async def test_a_run_cancelled_before_its_plan_is_whole_ends_with_nothing_more_started() -> None:
-    calls: list[tuple[str, Any]] = []
-    registry = _registry(calls)
-    partial = _plan(_read("slow", "s", delay=30))
-    executor, _ = _executor(registry, partial)
-    run = asyncio.create_task(executor.run())
-    assert executor.admit(_step(partial, "slow"))
-    await _until(lambda: calls, "the slow step to start")
+    executor, seen, run = await _slow_step_running()
     executor.cancel()
     result = await asyncio.wait_for(run, 5)
     assert result.status == "cancelled"
     # the plan so far is what the run reports: its early step cancelled
     assert {k: v.status for k, v in result.steps.items()} == {"slow": "cancelled"}
-    assert calls == [("read", "s")]
+    assert seen.kinds("slow")[-1] == "step.finished"  # cancelled, and said so
 
 
 @_in_a_loop

@@ -40,6 +40,16 @@ async def _no_wait(seconds: float) -> None:
     return None
 
 
+def _chat_read_by(server: FakeOpenAIServer, reader: Reader) -> Any:
+    """One chat call on `server` inside `streaming_to(reader)`."""
+
+    async def body(client: LLMClient) -> Any:
+        with streaming_to(reader):
+            return await client.chat(USER)
+
+    return _with_client(server, body)
+
+
 def _with_client(server: FakeOpenAIServer, body: Callable[[LLMClient], Awaitable[T]]) -> T:
     async def scenario() -> T:
         config = LLMConfig(model="m", base_url=server.base_url, api_key=SecretStr("k"))
@@ -62,12 +72,8 @@ def test_the_pieces_join_to_the_answer_and_come_before_it_is_whole() -> None:
 
     watching = Watching()
 
-    async def body(client: LLMClient) -> Any:
-        with streaming_to(watching):
-            return await client.chat(USER)
-
     with FakeOpenAIServer(ScriptedModel.sequence(ChatReply(LONG))) as server:
-        result = _with_client(server, body)
+        result = _chat_read_by(server, watching)
     assert result.content == LONG
     assert "".join(watching.pieces) == LONG
     assert watching.begins == 1
@@ -78,13 +84,9 @@ def test_the_pieces_join_to_the_answer_and_come_before_it_is_whole() -> None:
 def test_a_stream_cut_short_and_retried_begins_again() -> None:
     reader = Reader()
 
-    async def body(client: LLMClient) -> Any:
-        with streaming_to(reader):
-            return await client.chat(USER)
-
     with FakeOpenAIServer(ScriptedModel.sequence(ChatReply(LONG), ChatReply(LONG))) as server:
         server.inject(Fault.cut(after_chunks=4))
-        result = _with_client(server, body)
+        result = _chat_read_by(server, reader)
     assert result.content == LONG
     assert reader.begins == 2
     assert "".join(reader.pieces) == LONG  # what came after the last begin
@@ -93,14 +95,10 @@ def test_a_stream_cut_short_and_retried_begins_again() -> None:
 def test_an_endpoint_that_does_not_stream_tells_the_reader_nothing() -> None:
     reader = Reader()
 
-    async def body(client: LLMClient) -> Any:
-        with streaming_to(reader):
-            return await client.chat(USER)
-
     with FakeOpenAIServer(
         ScriptedModel.sequence(ChatReply(LONG)), supports_streaming=False
     ) as server:
-        result = _with_client(server, body)
+        result = _chat_read_by(server, reader)
     assert result.content == LONG
     assert (reader.begins, reader.pieces) == (0, [])
 
@@ -132,11 +130,7 @@ def test_a_reader_that_fails_does_not_fail_the_call() -> None:
 
     broken = Broken()
 
-    async def body(client: LLMClient) -> Any:
-        with streaming_to(broken):
-            return await client.chat(USER)
-
     with FakeOpenAIServer(ScriptedModel.sequence(ChatReply(LONG))) as server:
-        result = _with_client(server, body)
+        result = _chat_read_by(server, broken)
     assert result.content == LONG
     assert len(broken.pieces) == 1  # not fed again after it failed

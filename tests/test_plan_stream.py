@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -78,6 +79,24 @@ def _first(events: list[dict[str, Any]], kind: str, step: str | None = None) -> 
     return next(
         e for e in events if e["event"] == kind and (step is None or e.get("step_id") == step)
     )
+
+
+def _run_goal_recipe(
+    workspace: Path, more: str, *answers: dict[str, Any]
+) -> subprocess.CompletedProcess[str]:
+    """`planloom run` of a goal recipe asking for a streamed plan (and `more` settings),
+    the model streaming each of `answers` slowly in turn."""
+    (workspace / "goal.yaml").write_text(
+        f"version: 1\nname: g\ngoal: {GOAL}\nplanner: {{stream: true}}\n{more}{CAPABILITIES}",
+        encoding="utf-8",
+    )
+    with FakeOpenAIServer(ScriptedModel.sequence(*answers)) as server:
+        for _ in answers:
+            server.inject(Fault.slow(PIECE))
+        return planloom(
+            "run", "goal.yaml", "--yes", "--json", "--base-url", server.base_url, "--model",
+            "m", "--log-file", "events.jsonl", cwd=workspace,
+        )  # fmt: skip
 
 
 def _count(events: list[dict[str, Any]], kind: str, step: str) -> int:
@@ -244,16 +263,7 @@ def test_a_recorded_streamed_session_replays_the_same_twice(workspace: Path) -> 
 
 @pytest.mark.slow
 def test_a_goal_recipe_asks_for_streaming_with_planner_stream(workspace: Path) -> None:
-    (workspace / "goal.yaml").write_text(
-        f"version: 1\nname: g\ngoal: {GOAL}\nplanner: {{stream: true}}\n{CAPABILITIES}",
-        encoding="utf-8",
-    )
-    with FakeOpenAIServer(ScriptedModel.sequence(PLAN)) as server:
-        server.inject(Fault.slow(PIECE))
-        proc = planloom(
-            "run", "goal.yaml", "--yes", "--json", "--base-url", server.base_url, "--model",
-            "m", "--log-file", "events.jsonl", cwd=workspace,
-        )  # fmt: skip
+    proc = _run_goal_recipe(workspace, "", PLAN)
     assert proc.returncode == 0, proc.stderr
     events = _events(workspace)
     started = _first(events, "step.started", "read_a")
@@ -280,22 +290,11 @@ def test_a_plan_stream_cut_short_and_asked_again_runs_each_read_once(workspace: 
 def test_a_streamed_replan_keeps_what_succeeded_and_starts_its_new_reads_early(
     workspace: Path,
 ) -> None:
-    (workspace / "goal.yaml").write_text(
-        f"version: 1\nname: g\ngoal: {GOAL}\nplanner: {{stream: true}}\nreplan: {{max: 1}}\n"
-        f"{CAPABILITIES}",
-        encoding="utf-8",
-    )
     missing = {"id": "read_c", "tool": "fs.read", "params": {"path": "c.txt"}}  # fails
     save_c = {**SAVE, "params": {**SAVE["params"], "content": "${{ steps.read_c.output.content }}"}}
     first = {"goal": GOAL, "steps": [READ_A, missing, save_c]}
     second = {"goal": GOAL, "steps": [READ_B, SAVE]}
-    with FakeOpenAIServer(ScriptedModel.sequence(first, second)) as server:
-        server.inject(Fault.slow(PIECE))
-        server.inject(Fault.slow(PIECE))
-        proc = planloom(
-            "run", "goal.yaml", "--yes", "--json", "--base-url", server.base_url, "--model",
-            "m", "--log-file", "events.jsonl", cwd=workspace,
-        )  # fmt: skip
+    proc = _run_goal_recipe(workspace, "replan: {max: 1}\n", first, second)
     assert proc.returncode == 0, proc.stderr
     assert "replanning after the failure (1 step kept)" in proc.stderr
     events = _events(workspace)
