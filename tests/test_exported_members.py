@@ -63,6 +63,24 @@ PUBLIC = {
         "default_registry",
     },
     "planners": {"load_recipe", "parse_recipe_text", "read_recipe"},
+    # the model client, and the hook that reads its answers as they stream
+    "engine.llm": {
+        "Answers",
+        "Budget",
+        "ChatResult",
+        "ContentSink",
+        "LLMClient",
+        "LLMConfig",
+        "LLMError",
+        "ModelCallCancelled",
+        "NoJSON",
+        "PromptTooLong",
+        "ToolCallRequest",
+        "estimate_tokens",
+        "extract_json",
+        "resolve_llm_config",
+        "streaming_to",
+    },
     # the test kit users write tests with (fakes, scripted models and tools, replay)
     "engine.testing": {
         "Call",
