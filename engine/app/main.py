@@ -67,6 +67,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             os.dup2(devnull, stream.fileno())
         os.close(devnull)
         return EXIT_BROKEN_PIPE
+    finally:
+        if argv is None:
+            _ignored_until_exit()
     return code
 
 
@@ -144,6 +147,18 @@ def _interrupt_once() -> None:
 
 def _ignore(signum: int, frame: FrameType | None) -> None:
     """Ctrl-C again while the command stops: it is stopping already."""
+
+
+def _ignored_until_exit() -> None:
+    """Presses ignored while the command stopped stay ignored while the process ends: the
+    interpreter's finalization puts a handler written in Python (`_ignore`) back to the
+    default, so a press in its last tens of milliseconds would end planloom by SIGINT
+    instead of with its exit code (130). SIG_IGN outlives finalization; it would be
+    inherited by a child, but none is started any more."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    if signal.getsignal(signal.SIGINT) is _ignore:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _interrupted() -> dict[str, object]:
