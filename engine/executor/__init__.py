@@ -22,13 +22,11 @@ from engine._support.gc import collector_paused, freeze_survivors, heap_frozen
 from engine._support.scope import enter_scope
 from engine.approval import FailClosed, Gatekeeper
 from engine.capability import Registry
-from engine.errors import (
-    StepError,
-    TemplateError,
-)
+from engine.errors import StepError, TemplateError
 from engine.executor._agent_steps import AgentSteps
 from engine.executor._attempts import Attempts, Sleep, Tally
 from engine.executor._compiled import CompiledAction, CompiledStep
+from engine.executor._fast import fast_call, once
 from engine.executor._gates import RunGates, dry_skip
 from engine.executor._open import Growth
 from engine.executor._scheduler import Scheduler
@@ -39,16 +37,8 @@ from engine.inputs import resolve_inputs
 from engine.llm.events import ModelCallEvents
 from engine.model import Plan, Step
 from engine.redaction import Secrets
-from engine.results import (
-    BLOCKING,
-    RunResult,
-    RunStatus,
-    StepResult,
-    StepStatus,
-)
-from engine.templating import (
-    Namespace,
-)
+from engine.results import BLOCKING, RunResult, RunStatus, StepResult, StepStatus
+from engine.templating import Namespace
 from engine.validation import ensure_valid
 
 _NOT_DONE = frozenset({*BLOCKING, "pending"})
@@ -144,6 +134,7 @@ class Executor:
         self._view: Namespace = Namespace()
         self._run_view: dict[str, Any] = {"id": self.run_id, "name": plan.name}
         self._graph_task: asyncio.Task[None] | None = None
+        self._fast = settings.fast_path and not settings.dry_run
         self._stop_reason: Literal["interrupted", "max_duration"] | None = None
 
     # -- control -------------------------------------------------------------------------
@@ -337,11 +328,15 @@ class Executor:
         return self._compiled[step_id].primary
 
     async def _run_step(self, step_id: str) -> StepResult:
-        compiled = self._compiled[step_id] = CompiledStep(self._steps[step_id])
-        step = compiled.step
+        step = self._steps[step_id]
+        call = fast_call(step) if self._fast else None  # the common step's short path
         enter_scope(step_id)  # this step's task: what a cassette files its calls under
         self._started[step_id] = self._now()
         self.events.emit("step.started", step_id)
+        if call is not None:
+            status, output, error = await once(self.attempts, step, call, self._context(step_id))
+            return self._finish(step_id, StepResult.ended(status, output, error, 1))
+        compiled = self._compiled[step_id] = CompiledStep(step)
         if self.sandbox.dry_run:
             skipped = dry_skip(step, self.attempts.unknown, self.registry)
             if skipped is not None:
@@ -366,9 +361,7 @@ class Executor:
         lost = step_id in self.attempts.mismatched or step_id in self.attempts.in_doubt
         if status in ("failed", "denied") and step.can_fail and not lost:
             status = "failed_acceptable"
-        return self._finish(
-            step_id, StepResult(status=status, output=output, error=error, attempts=tally.attempts)
-        )
+        return self._finish(step_id, StepResult.ended(status, output, error, tally.attempts))
 
     # -- bookkeeping ---------------------------------------------------------------------
 

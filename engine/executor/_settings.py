@@ -51,6 +51,9 @@ class RunSettings:
         growing: the plan grows while it runs (a plan the model is still writing): it
             starts with no step; steps join with `Executor.admit` until the whole plan is
             given to `Executor.settle`, and the run ends only after that.
+        fast_path: steps that are one tool call and nothing more (no `when`, `for_each`,
+            fallback, retry or agent) run on a short path (`engine.executor._fast`) with
+            the same results and events; False runs every step the general way.
     """
 
     inputs: Mapping[str, Any] = field(default_factory=dict)
@@ -67,6 +70,7 @@ class RunSettings:
     tool_results: Results | None = None
     backend: Backend | None = None
     growing: bool = False
+    fast_path: bool = True
 
     def event_bus(self, run_id: str, secrets: Secrets) -> EventBus:
         """The run's bus: `events`, or one of its own; its sinks get what `secrets` redacts
@@ -117,3 +121,4 @@ class RunOptions(TypedDict, total=False):
     tool_results: Results | None
     backend: Backend | None
     growing: bool
+    fast_path: bool

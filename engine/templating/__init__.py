@@ -39,6 +39,7 @@ from engine.templating._limits import (
     finalize,
     size_of,
 )
+from engine.templating._placed import render_at
 
 __all__ = [
     "Namespace",
@@ -47,6 +48,7 @@ __all__ = [
     "ValueTemplate",
     "compile_value",
     "find_templates",
+    "render_at",
 ]
 
 MARK = "${{"
@@ -180,6 +182,12 @@ class Template:
             tuple(sorted({n.name for n in tree.find_all(nodes.Test)} - set(_env.tests))),
             constants,
         )
+
+    @property
+    def is_path(self) -> bool:
+        """A plain dotted reference: walked through dicts and lists, never evaluated by
+        Jinja unless a hop is missing (so it needs no time budget of its own)."""
+        return self._path is not None
 
     def render(self, context: Mapping[str, Any]) -> Any:
         """Evaluate against `context`.
@@ -325,12 +333,13 @@ def _references(tree: nodes.Node) -> tuple[list[Reference], set[str]]:
 class ValueTemplate:
     """A value tree (dicts, lists, scalars) with templates inside, rendered as a whole."""
 
-    __slots__ = ("_render", "templates", "value")
+    __slots__ = ("_plain", "_render", "templates", "value")
 
     def __init__(self, value: Any, templates: list[Template], render: Callable[..., Any]):
         self.value = value
         self.templates = templates
         self._render = render
+        self._plain = all(template.is_path for template in templates)
 
     @property
     def is_static(self) -> bool:
@@ -345,9 +354,10 @@ class ValueTemplate:
     def render(self, context: Mapping[str, Any]) -> Any:
         """The value with every template evaluated (the value itself when it has none).
 
-        Its templates share one time budget (`engine.templating._limits.RENDER_SECONDS`).
+        Its templates share one time budget (`engine.templating._limits.RENDER_SECONDS`),
+        unless each is a plain reference (`Template.is_path`: walked, not evaluated).
         """
-        if not self.templates:
+        if self._plain:
             return self._render(context)
         with budget():
             return self._render(context)

@@ -1,0 +1,58 @@
+"""A value tree rendered by placing each template's value at its path: what a step whose
+templates were found (and parsed) at validation needs, with no renderer built per step."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+from engine.templating._limits import budget
+
+__all__ = ["render_at"]
+
+Path = tuple[str | int, ...]
+
+
+class Template(Protocol):
+    """What is asked of a template here (`engine.templating.Template`)."""
+
+    @property
+    def is_path(self) -> bool: ...
+
+    def render(self, context: Mapping[str, Any]) -> Any: ...
+
+
+def render_at(
+    value: Any, templates: Sequence[tuple[Path, Template]], context: Mapping[str, Any]
+) -> Any:
+    """`value` (dicts and lists) with the template at each path evaluated: what
+    `compile_value(value).render(context)` gives. Each container on a template's path is
+    a new one; everything else is `value`'s own. The templates share one time budget,
+    unless each is a plain reference (walked, never evaluated by Jinja).
+
+    Raises:
+        TemplateError: a template failed.
+    """
+    if not templates:
+        return value
+    if all(template.is_path for _, template in templates):
+        return _placed(value, templates, context)
+    with budget():
+        return _placed(value, templates, context)
+
+
+def _placed(
+    value: Any, templates: Sequence[tuple[Path, Template]], context: Mapping[str, Any]
+) -> Any:
+    root = value.copy()
+    copied = {id(root)}
+    for path, template in templates:
+        node = root
+        for key in path[:-1]:
+            child = node[key]
+            if id(child) not in copied:
+                child = node[key] = child.copy()
+                copied.add(id(child))
+            node = child
+        node[path[-1]] = template.render(context)
+    return root
