@@ -131,8 +131,11 @@ def test_find_templates_yields_paths() -> None:
 def test_fast_path_and_jinja_agree(path: str) -> None:
     fast = Template.parse(f"${{{{ {path} }}}}")
     slow = Template.parse(f"${{{{ ({path}) }}}}")
-    assert fast._path is not None  # the fast path is eligible ...
-    assert slow._path is None  # ... and the parenthesised form is not
+    # The fast path is eligible unless a hop is named like a dict method, which Jinja
+    # resolves to the method: such a path is left to Jinja from the start ...
+    hops = path.replace("[", ".").split(".")[1:]
+    assert (fast._path is None) is any(hasattr(dict, hop) for hop in hops)
+    assert slow._path is None  # ... and the parenthesised form is never eligible
     assert _outcome(fast, CTX) == _outcome(slow, CTX)
 
 
@@ -332,7 +335,8 @@ def test_fast_path_equals_pure_jinja(case: tuple[dict[str, Any], str]) -> None:
     context, path = case
     fast = Template.parse(f"${{{{ {path} }}}}")
     jinja = Template.parse(f"${{{{ ({path}) }}}}")
-    assert fast._path is not None
+    hops = path.replace("[", ".").split(".")[1:]  # a dict method's name: left to Jinja
+    assert (fast._path is None) is any(hasattr(dict, hop) for hop in hops)
     assert jinja._path is None
     fast_result = _outcome(fast, context)
     jinja_result = _outcome(jinja, context)

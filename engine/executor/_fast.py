@@ -38,16 +38,19 @@ class FastCall:
 
     __slots__ = ("data_literals", "data_paths", "params", "templates", "tool")
 
-    def __init__(self, tool: str, params: Any, templates: tuple[tuple[Path, Template], ...]):
+    def __init__(
+        self,
+        tool: str,
+        params: Any,
+        templates: tuple[tuple[Path, Template], ...],
+        data_paths: frozenset[Path],
+        data_literals: frozenset[str],
+    ) -> None:
         self.tool = tool
         self.params = params
         self.templates = templates
-        paths = frozenset(
-            path for path, template in templates if template.source.lstrip().startswith("${")
-        )
-        self.data_paths = shared_paths(paths) if paths else _EMPTY
-        found = [template.constants for _, template in templates if template.constants]
-        self.data_literals = frozenset().union(*found) if found else _EMPTY
+        self.data_paths = data_paths
+        self.data_literals = data_literals
 
     def render(self, context: dict[str, Any]) -> Any:
         """The params with every template evaluated, as the general path renders them."""
@@ -65,13 +68,21 @@ def fast_call(step: Step) -> FastCall | None:
     ):
         return None
     templates = []
-    for path, _, template in step_parsed(step):
+    data: list[Path] = []  # where the text begins with a template: data, not the author's
+    literals: frozenset[str] = _EMPTY
+    for path, source, template in step_parsed(step):
         if path[0] != "params":
             continue
         if template is None or len(path) == 1:  # (unparsed, or the params one template)
             return None
-        templates.append((path[1:], template))
-    return FastCall(step.tool, step.params, tuple(templates))
+        where = path[1:]
+        templates.append((where, template))
+        if source.lstrip().startswith("${"):
+            data.append(where)
+        if template.constants:
+            literals = literals | template.constants
+    paths = shared_paths(frozenset(data)) if data else _EMPTY
+    return FastCall(step.tool, step.params, tuple(templates), paths, literals)
 
 
 async def once(

@@ -33,26 +33,13 @@ from engine.errors import (
 )
 from engine.events import EventBus
 from engine.sandbox._rules import checker, gate_reason, grant_rules, rule, unchanged
-from engine.sandbox._seams import Gate, LiveResults, Results, ToolCall
+from engine.sandbox._seams import Admitted, Gate, LiveResults, Results, ToolCall
 
 __all__ = ["Gate", "LiveResults", "Results", "Sandbox", "ToolCall"]
 
 
 Confirm = Literal["auto", "always", "never"]
-
-
-@dataclass(slots=True)  # not frozen: a frozen one costs 4x to make, once per call
-class Admitted:
-    """A call past admission: its action, validated params and context, and what the gate
-    and the `Results` layer need to know of it."""
-
-    action: Action[Any]
-    model: BaseModel
-    ctx: CallContext
-    call: ToolCall
-    side_effects: bool
-    served: bool  # a recording serves it with nothing run (for its params, once edited)
-    replayed: bool = False  # its decision may come from the recording (set at the gate)
+_UNSET: Any = object()
 
 
 @dataclass
@@ -202,7 +189,7 @@ class Sandbox:
         Raises:
             CapabilityDenied: ungranted, unknown or malformed call.
         """
-        action = self.action(name)
+        action = self.registry.get(name) or self.action(name)  # (which says why not)
         grant = self._grants.get(action.family)
         if grant is None:
             raise CapabilityDenied(
@@ -216,16 +203,16 @@ class Sandbox:
         except ValidationError as exc:
             problems = validation_problems(exc, prefix=("params",), root="params")
             raise CapabilityDenied.bad_params(name, problems, step_id=step_id) from None
-        ctx = CallContext(
-            grant=grant,
-            base_dir=self.base_dir,
-            timeout=limit,
-            step_id=step_id,
-            ask=self.ask,
-            llm=self.llm,
-            data_paths=data_paths,
-            data_literals=data_literals,
-            scope=self.scopes.get(action.family),
+        ctx = CallContext(  # (by position: one is made per call)
+            grant,
+            self.base_dir,
+            limit,
+            step_id,
+            self.ask,
+            self.llm,
+            data_paths,
+            data_literals,
+            self.scopes.get(action.family),
         )
         side_effects = action.has_side_effects(model)
         call = ToolCall(
@@ -304,8 +291,9 @@ class Sandbox:
         served by a recording); a journal writes its intent there, so a call stopped while
         waiting for its slot never started, and the wait is not part of its timeout."""
         action, model, ctx, call = admitted.action, admitted.model, admitted.ctx, admitted.call
-        family = self.registry.families[action.family]
-        backend = self.backend if self.backend is not None and self.backend.takes(family) else None
+        backend = self.backend
+        if backend is not None and not backend.takes(self.registry.families[action.family]):
+            backend = None
         if backend is None:
 
             async def run() -> Any:
@@ -330,7 +318,10 @@ class Sandbox:
 
         if admitted.served:
             return run, None
-        return run, self._family_slots(action.family, remote=backend is not None)
+        slots = self._slots.get(action.family, _UNSET)
+        if slots is _UNSET:
+            slots = self._family_slots(action.family, remote=backend is not None)
+        return run, slots
 
     def _record_called(self, admitted: Admitted, number: int | None, item: int | None) -> None:
         """`tool.called`: the call was allowed (with the confinement layers it lacks)."""
@@ -349,7 +340,9 @@ class Sandbox:
             decision="allowed",
             rule=f"grant.{family}",
             side_effects=admitted.side_effects,
-            missing_confinement=self._missing_layers(family),
+            missing_confinement=(
+                self._missing[family] if family in self._missing else self._missing_layers(family)
+            ),
             tool_call_id=current_tool_call(),
             content=said,
         )

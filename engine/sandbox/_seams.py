@@ -1,11 +1,16 @@
 """Where a call meets the rest of the run: the gate a call may have to pass (`Gate`), a call as
-the run knows it (`ToolCall`), and where its result comes from (`Results`: live, a cassette, a
-journal)."""
+the run knows it (`ToolCall`) and as admission passed it (`Admitted`), and where its result
+comes from (`Results`: live, a cassette, a journal)."""
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, NamedTuple, Protocol
+
+from pydantic import BaseModel
+
+from engine.capability import Action, CallContext
 
 
 class Gate(Protocol):
@@ -99,3 +104,17 @@ class LiveResults:
 
     def forget(self, step_id: str) -> None:
         return None
+
+
+@dataclass(slots=True)  # not frozen: a frozen one costs 4x to make, once per call
+class Admitted:
+    """A call past admission: its action, validated params and context, and what the gate
+    and the `Results` layer need to know of it."""
+
+    action: Action[Any]
+    model: BaseModel
+    ctx: CallContext
+    call: ToolCall
+    side_effects: bool
+    served: bool  # a recording serves it with nothing run (for its params, once edited)
+    replayed: bool = False  # its decision may come from the recording (set at the gate)

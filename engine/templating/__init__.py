@@ -163,7 +163,11 @@ class Template:
             expression = match["expr"].strip()
         if expression is not None and _PATH.match(expression):
             root, parts = _split_path(expression)
-            if root not in _NOT_NAMES:
+            # Jinja prefers attributes over keys (`d.items` is the method): such a path is
+            # left to it, so a walk never has to ask.
+            if root not in _NOT_NAMES and not any(
+                isinstance(part, str) and hasattr(dict, part) for part in parts
+            ):
                 path = (root, *parts)
                 return cls(source, expression, (path,), _path=path)
         tree = _parse(source)
@@ -263,8 +267,7 @@ def _walk(context: Mapping[str, Any], path: Reference) -> Any:
                 value = value[part]
                 continue
             return None if value is None else _MISS
-        # Jinja prefers attributes over keys (`d.items` is the method); leave those to it.
-        if isinstance(value, dict) and part in value and not hasattr(dict, part):
+        if isinstance(value, dict) and part in value:  # (no part is a dict attribute)
             value = value[part]
             continue
         return None if value is None else _MISS  # an attribute of null is null (_Sandbox)
