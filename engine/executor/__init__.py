@@ -103,6 +103,7 @@ class Executor:
         # Each step's result once it ended (a step not in it is pending): a pending result
         # made up front for every step cost a 100,000-step plan 50 MB.
         self.results: dict[str, StepResult] = {}
+        self._undone: set[str] = set()  # steps that ended failed, denied, skipped...
         self._started: dict[str, float] = {}  # start of each running step, on the run's clock
         self._now: Callable[[], float] = now
         self.errors: list[str] = []
@@ -182,7 +183,7 @@ class Executor:
             self._finish(step_id, result.model_copy(), emit=False)
         deadline = started + self.plan.limits.max_duration
         await self._run_graph("steps", self.plan.on_failure, deadline)
-        main = self._status(self.plan.steps)
+        main = self._status(final=False)
         self._run_view["status"] = main
         if self.plan.finally_:
             reason = self._stop_reason
@@ -190,7 +191,7 @@ class Executor:
             final_deadline = max(deadline, self._now() + self.plan.limits.timeout)
             await self._run_graph("finally", "continue", final_deadline)
             self._stop_reason = self._stop_reason or reason
-            if main == "succeeded" and self._status(self.plan.finally_) == "failed":
+            if main == "succeeded" and self._status(final=True) == "failed":
                 main = "failed"
         context = {"inputs": self.inputs, "steps": self._view, "run": self._run_view}
         unknown_steps = self.attempts.unknown if self.sandbox.dry_run else None
@@ -210,14 +211,14 @@ class Executor:
             unknown_outputs=unknown,
         )
 
-    def _status(self, steps: list[Step]) -> RunStatus:
+    def _status(self, *, final: bool) -> RunStatus:
+        """The main steps' status (`final`: the `finally` steps')."""
         if self._stop_reason == "interrupted":
             return "cancelled"
         if self._stop_reason == "max_duration":
             return "failed"
-        ended = self.results
         # A step that never started is no success either, whatever stopped it.
-        if any(s.id in ended and ended[s.id].status in _NOT_DONE for s in steps):
+        if any((step_id in self._final_ids) is final for step_id in self._undone):
             return "failed"
         return "succeeded"
 
@@ -303,6 +304,7 @@ class Executor:
     def _forget(self, step_id: str) -> None:
         """An early step the whole plan does not keep: as if it had never run."""
         ended = self.results.pop(step_id, None)
+        self._undone.discard(step_id)
         sandbox, agents = self.sandbox, self.agents
         kept: tuple[dict[str, Any], ...] = (self._view, self._started, self._compiled)
         for held in (*kept, sandbox.step_calls, sandbox.step_warnings, agents.transcripts):
@@ -390,6 +392,10 @@ class Executor:
             # Errors quote params, argv and URLs: they leave the run, so no secrets in them.
             result.error = self.secrets.redact(result.error)
         self.results[step_id] = result
+        if result.status in _NOT_DONE:  # (kept as they end: a run's end reads no result)
+            self._undone.add(step_id)
+        else:
+            self._undone.discard(step_id)
         self._compiled.pop(step_id, None)
         if len(self.results) % _SETTLE_EVERY == 0:
             freeze_survivors()  # the results so far: out of every later full collection
