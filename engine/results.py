@@ -123,7 +123,6 @@ class StepResult(BaseModel):
         _set(result, "__pydantic_private__", None)
         return result
 
-
     def __setattr__(self, name: str, value: Any) -> None:
         # `ended` results share one frozen set of set fields (a set each is 216 bytes, 21 MB
         # at 100,000 steps); setting a field gives the result a set of its own first.

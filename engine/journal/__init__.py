@@ -56,8 +56,19 @@ _ATTEMPT = ("n", "item", "started", "action", "finished", "outcome", "error")
 
 
 def _spent(usage: StepUsage) -> dict[str, int]:
-    """A step's usage as journaled: its counts that are not 0."""
-    return {name: count for name, count in usage.__dict__.items() if count}
+    """A step's usage as journaled: its counts that are not 0 (shared: not to be changed).
+    Steps that spent the same share one usage, so it is found by identity (a frozen
+    model's hash reads every field)."""
+    known = _SPENT.get(id(usage))
+    if known is not None and known[0] is usage:
+        return known[1]
+    spent = {name: count for name, count in usage.__dict__.items() if count}
+    if len(_SPENT) < 1024:
+        _SPENT[id(usage)] = (usage, spent)  # (the usage kept, so its id is not reused)
+    return spent
+
+
+_SPENT: dict[int, tuple[StepUsage, dict[str, int]]] = {}
 
 
 def _went_well_at_once(events: Sequence[Event]) -> bool:

@@ -45,6 +45,7 @@ def _encoder() -> Callable[[Any], str]:
 
 
 encode = _encoder()
+encode_text: Callable[[str], str] = json.encoder.encode_basestring  # a str as `encode` writes it
 
 
 def storable(text: str) -> str:
@@ -163,7 +164,7 @@ def batched(pending: list[Pending]) -> list[Pending]:
         else:
             _, seq, at, _, _, _ = pending[start]
             packed = ",".join(
-                f'[{at!r},"{kind}",{"null" if scope is None else encode(scope)},{text}]'
+                f'[{at!r},"{kind}",{"null" if scope is None else encode_text(scope)},{text}]'
                 for _, _, at, kind, scope, text in pending[start:end]
             )
             rows.append((run_id, seq, at, BATCHED, None, f"[{packed}]"))
