@@ -15,6 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ValidationError
 
+from engine._graph import Edges
 from engine._support.gc import collector_paused
 from engine.capability import Registry
 from engine.diagnostics import (
@@ -121,6 +122,7 @@ class _Checker:
         self.base_dir = base_dir
         self.planned = planned
         self.report = Report(source)
+        self.edges: dict[str, Edges] = {}  # each section's, once it has no cycle
 
     # -- structure -----------------------------------------------------------------------
 
@@ -172,7 +174,9 @@ class _Checker:
             return None
         main = [s for p, s in steps if p[0] == "steps"]
         final = [s for p, s in steps if p[0] == "finally"]
-        return top.model_copy(update={"steps": main, "finally_": final})
+        plan = top.model_copy(update={"steps": main, "finally_": final})
+        plan._edges = dict(self.edges)  # found among these very steps
+        return plan
 
     def _model(self, model: type[BaseModel], raw: Any, path: NodePath) -> BaseModel | None:
         try:
@@ -226,7 +230,9 @@ class _Checker:
             check_step_templates(report, path, step, plan, visible, later, outputs)
         for section in SECTIONS:
             section_steps = [(p, s) for p, s in steps if p[0] == section]
-            check_cycles(report, section_steps, ids)
+            edges = check_cycles(report, section_steps, ids)
+            if edges is not None:  # the run's graph: the plan keeps it (`plan_edges`)
+                self.edges[section] = edges
         check_outputs(report, plan, main_ids | final_ids, outputs)
 
     def _actions(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 
-from engine._graph import build_graph, is_acyclic
+from engine._graph import Edges, build_graph
 from engine.diagnostics import NodePath, did_you_mean
 from engine.model import Step
 from engine.validation._report import Report
@@ -61,10 +61,12 @@ def unknown_step(
 
 def check_cycles(
     report: Report, steps: list[tuple[NodePath, Step]], ids: dict[str, NodePath]
-) -> None:
-    """Report up to ten cycles among the dependencies of `steps`."""
-    if is_acyclic([s for _, s in steps]):
-        return
+) -> Edges | None:
+    """Report up to ten cycles among the dependencies of `steps`; their edges when there
+    is none (what the run needs: found once per plan)."""
+    edges = Edges.of([s for _, s in steps])
+    if edges.is_acyclic():
+        return edges
     import networkx as nx  # only to name the cycles
 
     graph = build_graph([s for _, s in steps])
@@ -83,3 +85,4 @@ def check_cycles(
             f"dependency cycle: {ring}",
             "remove one of these dependencies (a 'steps.X' reference or a 'depends_on' entry)",
         )
+    return None

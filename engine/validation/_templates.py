@@ -102,10 +102,11 @@ def _check_template(
             "templates look like ${{ steps.ID.output }} or ${{ inputs.NAME }}",
         )
         return
-    for kind, unknown, known in (
-        ("filter", template.unknown_filters, filter_names()),
-        ("test", template.unknown_tests, test_names()),
+    for kind, unknown, names_of in (
+        ("filter", template.unknown_filters, filter_names),
+        ("test", template.unknown_tests, test_names),
     ):
+        known = names_of() if unknown else []  # (sorted: only for a hint)
         for name in unknown:
             report(
                 path,
