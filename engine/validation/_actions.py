@@ -205,10 +205,10 @@ def _params(
 ) -> BaseModel | None:
     """The params as `model`, or None when they do not fit it (the problems reported,
     but for those under templates, which are known only at run time)."""
-    templated = [p for p, _ in find_templates(params)]
     try:
         return model.model_validate(params)
     except ValidationError as exc:
+        templated = [p for p, _ in find_templates(params)]
         for error in exc.errors(include_url=False):
             loc = tuple(error["loc"])
             if any(loc[: len(t)] == t for t in templated):

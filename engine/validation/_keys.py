@@ -84,7 +84,7 @@ def _keys(
     """`mapping` without the keys `model` does not know (itself when it has none), each
     one reported."""
     allowed = _allowed_keys(model)
-    if all(key in allowed for key in mapping):  # the usual case: the mapping itself
+    if mapping.keys() <= allowed.keys():  # the usual case: the mapping itself
         return mapping
     kept = {}
     for key, value in mapping.items():

@@ -24,15 +24,23 @@ from ruamel.yaml.reader import ReaderError
 from engine._support.gc import collector_paused
 from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap, split_lines
 from engine.errors import RecipeSyntaxError
+from engine.yaml._json import parse_json_text
 from engine.yaml._loader import Loader
 from engine.yaml._nodes import LimitExceeded
 from engine.yaml._text import MAX_RECIPE_BYTES, decode_text, syntax_error
 
-__all__ = ["MAX_RECIPE_BYTES", "decode_text", "parse_recipe_text", "read_recipe"]
+__all__ = [
+    "MAX_RECIPE_BYTES",
+    "decode_text",
+    "parse_json_text",
+    "parse_recipe_text",
+    "read_recipe",
+]
 
 
 def read_recipe(path: str | Path) -> tuple[Any, SourceMap]:
-    """Read a recipe file into plain data and a `SourceMap`."""
+    """Read a recipe file into plain data and a `SourceMap`: YAML, or JSON for a file
+    named `*.json` (`parse_json_text`)."""
     name = str(path)
     try:
         with open(path, "rb") as handle:
@@ -43,6 +51,8 @@ def read_recipe(path: str | Path) -> tuple[Any, SourceMap]:
         ) from exc
     if len(raw) > MAX_RECIPE_BYTES:
         raise syntax_error(name, "too-large", f"recipe is larger than {MAX_RECIPE_BYTES} bytes")
+    if name.lower().endswith(".json"):  # the same schema, read by the JSON parser
+        return parse_json_text(decode_text(raw, name), name)
     return parse_recipe_text(decode_text(raw, name), name)
 
 

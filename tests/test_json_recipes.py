@@ -1,0 +1,191 @@
+"""JSON recipes (`*.json`): the same schema as YAML, read by the JSON parser, with the YAML
+reader's guarantees: located errors, the nesting and size caps, duplicate keys reported,
+and validation's problems located in the JSON text."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+from _procs import planloom
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capabilities import default_registry
+from engine.errors import PlanValidationError, RecipeSyntaxError
+from engine.limits import MAX_DEPTH
+from engine.validation import validate_plan
+from engine.yaml import parse_json_text, parse_recipe_text, read_recipe
+
+RECIPE: dict[str, Any] = {
+    "version": 1,
+    "name": "json-recipe",
+    "capabilities": {"fs": {"root": ".", "write": True}},
+    "steps": [
+        {"id": "list", "tool": "fs.list", "params": {"path": "data"}},
+        {
+            "id": "save",
+            "tool": "fs.write",
+            "params": {
+                "path": "out/count.txt",
+                "content": "${{ steps.list.output.entries | length }} entries",
+            },
+        },
+    ],
+    "outputs": {"count": "${{ steps.save.status }}"},
+}
+
+
+def _problems(error: PlanValidationError | RecipeSyntaxError) -> list[tuple[int, int, str]]:
+    return [(d.line, d.column, d.rule) for d in error.diagnostics]
+
+
+def _syntax(text: str) -> list[tuple[int, int, str]]:
+    with pytest.raises(RecipeSyntaxError) as caught:
+        parse_json_text(text, "r.json")
+    return _problems(caught.value)
+
+
+def test_a_json_recipe_runs_as_its_yaml_twin(tmp_path: Path) -> None:
+    runs = []
+    texts = (("r.json", json.dumps(RECIPE, indent="\t")), ("r.yaml", json.dumps(RECIPE)))
+    for name, text in texts:  # (JSON text is YAML too)
+        folder = tmp_path / name.replace(".", "-")
+        folder.mkdir()
+        (folder / name).write_text(text)
+        (folder / "data").mkdir()
+        for listed in ("a.txt", "b.txt"):
+            (folder / "data" / listed).write_text(listed)
+        done = planloom("run", name, "--yes", "--json", cwd=folder)
+        assert done.returncode == 0, done.stderr
+        result = json.loads(done.stdout)
+        for step in result["steps"].values():
+            step.pop("duration")
+        runs.append({k: v for k, v in result.items() if k not in ("run_id", "approvals")})
+    assert runs[0] == runs[1]
+    assert runs[0]["status"] == "succeeded"
+    assert (tmp_path / "r-json" / "out" / "count.txt").read_text() == "2 entries"
+
+
+def test_validation_problems_are_located_in_the_json_text(tmp_path: Path) -> None:
+    text = (
+        '{"version": 1, "name": "x", "capabilities": {"fs": {"root": "."}},\n'
+        ' "steps": [\n'
+        '  {"id": "a", "tool": "fs.list", "parms": {}},\n'
+        '\t\t{"id": "b", "tool": "fs.red", "params": {"path": "\\u00e9\\ud83d\\ude00\\/x"}}\n'
+        " ]}\n"
+    )
+    (tmp_path / "r.json").write_text(text)
+    done = planloom("validate", "r.json", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "r.json:3:34: error[unknown-key]: unknown key 'parms'" in done.stderr
+    assert "r.json:4:23: error[unknown-tool]: unknown tool 'fs.red'" in done.stderr
+    assert "did you mean 'fs.read'?" in done.stderr
+
+
+@pytest.mark.parametrize(
+    ("text", "where"),
+    [
+        ('{"version": 1,\n "steps": [\n  {"id": "a"},\n ]\n}', (4, 2, "json-syntax")),
+        ('{"version": 1 "name": "x"}', (1, 15, "json-syntax")),
+        ('{"version": 1,\n "limits": {"timeout": NaN}}', (2, 24, "json-value")),
+        ('{"version": 1,\n "limits": {"timeout": -Infinity}}', (2, 24, "json-value")),
+        ('{"version": 1,\n "x": ' + "9" * 5000 + "}", (2, 7, "json-value")),
+        ("   \n\t", (1, 1, "empty")),
+        ("[" * 100_000 + "]" * 100_000, (1, 1, "too-deep")),
+    ],
+)
+def test_text_that_is_not_a_recipe_is_a_located_error(
+    text: str, where: tuple[int, int, str]
+) -> None:
+    assert _syntax(text) == [where]
+
+
+def test_nesting_past_the_cap_is_refused_where_it_passes_it() -> None:
+    deep = "[" * MAX_DEPTH + "]" * MAX_DEPTH
+    parse_json_text('{"a": ' + deep[1:-1] + "}", "r.json")  # exactly the cap: read
+    [(line, column, rule)] = _syntax('{\n"a": ' + deep + "}")
+    assert (line, rule) == (2, "too-deep")
+    assert column == 5 + MAX_DEPTH  # the first list past the cap (the object is one)
+
+
+def test_a_repeated_key_is_reported_and_the_first_kept() -> None:
+    text = '{"version": 1, "name": "x",\n "steps": [{"id": "a", "tool": "t.x", "id": "b"}]}'
+    data, source = parse_json_text(text, "r.json")
+    assert data["steps"][0]["id"] == "a"
+    [problem] = source.problems
+    line = text.split("\n")[1]
+    assert (problem.line, problem.rule) == (2, "duplicate-key")
+    assert problem.column == line.rindex('"id"') + 1
+    assert "first defined on line 2" in problem.message
+    assert source.locate(("steps", 0, "id")) == (2, line.index('"a"') + 1)  # the one kept
+
+
+def test_a_bad_json_file_leaves_nothing_behind(tmp_path: Path) -> None:
+    (tmp_path / "r.json").write_text('{"version": 1, "name": "x", "steps": [}')
+    done = planloom("run", "r.json", "--yes", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "r.json:1:39: error[json-syntax]" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert not (tmp_path / ".planloom").exists()
+
+
+def test_only_files_named_json_are_read_as_json(tmp_path: Path) -> None:
+    (tmp_path / "r.JSON").write_text('{"version": 1, "name": "x", "steps": [], "goal": "g"}')
+    (tmp_path / "r.yaml").write_text("version: 1\nname: x\n# a comment JSON would refuse\n")
+    assert read_recipe(tmp_path / "r.JSON")[0]["goal"] == "g"
+    assert read_recipe(tmp_path / "r.yaml")[0] == {"version": 1, "name": "x"}
+
+
+_words = st.text("ab é$}{:-_#'\"\\\n\t", max_size=8)  # (YAML refuses control characters)
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-(10**6), 10**6), _words)
+_values = st.recursive(
+    _scalars,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_words, inner, max_size=3),
+    max_leaves=8,
+)
+
+
+@st.composite
+def _recipes(draw: st.DrawFn) -> dict[str, Any]:
+    """Recipe data, good and bad: known and unknown keys, right and wrong types, templates
+    reading steps that exist or not."""
+    steps = []
+    for index in range(draw(st.integers(0, 4))):
+        step: dict[str, Any] = {
+            "id": draw(st.sampled_from([f"s{index}", "s0", "bad id"])),
+            "tool": draw(st.sampled_from(["fs.read", "fs.list", "fs.red", 3])),
+            "params": draw(
+                st.sampled_from(
+                    [{"path": "a"}, {"path": 3}, {"pth": "a"}, {"path": "${{ steps.s0.output }}"}]
+                )
+            ),
+        }
+        if draw(st.booleans()):
+            step[draw(st.sampled_from(["depends_on", "retry", "when", "extra"]))] = draw(_values)
+        steps.append(step)
+    recipe: dict[str, Any] = {"version": 1, "name": "p", "capabilities": {"fs": {"root": "."}}}
+    recipe["steps"] = steps
+    if draw(st.booleans()):
+        recipe[draw(st.sampled_from(["limits", "inputs", "outputs", "nonsense"]))] = draw(_values)
+    return recipe
+
+
+@settings(max_examples=200)
+@given(_recipes(), st.sampled_from([None, 1, "\t"]))
+def test_json_and_yaml_texts_of_one_recipe_validate_alike(
+    recipe: dict[str, Any], indent: int | str | None
+) -> None:
+    """The same data written as JSON and read as JSON, or read by the YAML reader (JSON
+    text without surrogate escapes is YAML), gives equal plans or the same problems."""
+    text = json.dumps(recipe, indent=indent, ensure_ascii=False)
+    outcomes = []
+    for parse in (parse_json_text, parse_recipe_text):
+        data, source = parse(text, "r.json")
+        try:
+            outcomes.append(validate_plan(data, source, default_registry(), base_dir=Path(".")))
+        except PlanValidationError as exc:
+            outcomes.append(_problems(exc))
+    assert outcomes[0] == outcomes[1]
