@@ -121,6 +121,28 @@ def recipe_text(nodes: Sequence[Node], max_parallel: int) -> str:
     return "\n".join(lines) + "\n"
 
 
+def recipe_json(nodes: Sequence[Node], max_parallel: int) -> str:
+    """The DAG as a recipe in JSON (the same recipe as `recipe_text`), one step a line."""
+    steps = []
+    for node in nodes:
+        step: dict[str, Any] = {"id": node.id, "tool": "bench.noop"}
+        if not node.parents:
+            step["params"] = {"value": node.literal}
+        else:
+            first, *others = node.parents
+            step["params"] = {"value": f"${{{{ steps.{first}.output }}}}"}
+            if others:
+                step["depends_on"] = others
+        steps.append(json.dumps(step))
+    head = {
+        "version": 1,
+        "name": "bench-overhead",
+        "capabilities": {"bench": {}},
+        "limits": {"max_parallel": max_parallel, "max_tool_calls": 1000000},
+    }
+    return json.dumps(head)[:-1] + ', "steps": [\n' + ",\n".join(steps) + "\n]}\n"
+
+
 def expected_outputs(nodes: Sequence[Node]) -> dict[str, Any]:
     """What every step returns: the literal at the root of its chain of first parents."""
     outputs: dict[str, Any] = {}

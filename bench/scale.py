@@ -52,7 +52,7 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -65,15 +65,18 @@ from overhead import (
     expected_outputs,
     layered_dag,
     make_registry,
+    recipe_json,
     recipe_text,
 )
 
 from engine._support.gc import heap_frozen
 from engine.capability import Registry
+from engine.diagnostics import SourceMap
 from engine.events import Event, EventBus
 from engine.executor import Executor
 from engine.results import RunResult
 from engine.validation import validate_plan
+from engine.yaml import parse_json_text
 from planners.recipe import parse_recipe_text
 
 DEFAULT_SIZES = (2_000, 10_000, 100_000)
@@ -99,7 +102,7 @@ def peak_mib() -> float:
 
 
 def run_pipeline(
-    box: list[str], registry: Registry, *, library: bool = False
+    box: list[str], registry: Registry, *, library: bool = False, text_format: str = "yaml"
 ) -> tuple[dict[str, float], RunResult]:
     """Parse, validate and run the recipe text in `box` (taken out of it: the pipeline owns
     the text, as `planloom run` does once it has read the file).
@@ -107,13 +110,17 @@ def run_pipeline(
     As `planloom` runs every command (`engine/app/main.py`), the pipeline runs inside
     `heap_frozen`: what exists before it is out of the cyclic collector's way, and what
     loading, validation and compiling keep is frozen as they end. `library` runs it as a
-    program calling the API does, without that block.
+    program calling the API does, without that block. `text_format` is the text's: "yaml",
+    or "json" (a recipe a program or a planner wrote, read by `parse_json_text`).
     """
+    read = parse_json_text if text_format == "json" else parse_recipe_text
     with contextlib.nullcontext() if library else heap_frozen():
-        return _pipeline(box, registry)
+        return _pipeline(box, registry, read)
 
 
-def _pipeline(box: list[str], registry: Registry) -> tuple[dict[str, float], RunResult]:
+def _pipeline(
+    box: list[str], registry: Registry, read: Callable[[str, str], tuple[Any, SourceMap]]
+) -> tuple[dict[str, float], RunResult]:
     clear_template_caches()
     events = 0
 
@@ -124,7 +131,7 @@ def _pipeline(box: list[str], registry: Registry) -> tuple[dict[str, float], Run
     with GcClock() as gc_clock:
         cpu_started = time.process_time()
         started = time.perf_counter()
-        data, source = parse_recipe_text(box.pop(), "<bench>")
+        data, source = read(box.pop(), "<bench>")
         parsed = time.perf_counter()
         plan = validate_plan(data, source, registry, base_dir=BASE_DIR)
         # What the engine keeps of the parse is its business; the bench keeps none of it.
@@ -162,19 +169,23 @@ def check_result(result: RunResult, expected: dict[str, Any]) -> str | None:
     return None
 
 
-def child_pipeline(size: int, width: int, seed: int, library: bool) -> dict[str, Any]:
+def child_pipeline(
+    size: int, width: int, seed: int, library: bool, text_format: str = "yaml"
+) -> dict[str, Any]:
     registry = make_registry()
+    text_of = recipe_json if text_format == "json" else recipe_text
     warm = layered_dag(WARM_UP_STEPS, width, seed)
-    _, result = run_pipeline([recipe_text(warm, width)], registry, library=library)
+    warm_box = [text_of(warm, width)]
+    _, result = run_pipeline(warm_box, registry, library=library, text_format=text_format)
     if problem := check_result(result, expected_outputs(warm)):
         raise SystemExit(f"warm-up: {problem}")
     del result
     nodes = layered_dag(size, width, seed)
-    box = [recipe_text(nodes, width)]
+    box = [text_of(nodes, width)]
     del nodes  # rebuilt for the check, after the peak is read
     gc.collect()
     before = peak_mib()
-    seconds, result = run_pipeline(box, registry, library=library)
+    seconds, result = run_pipeline(box, registry, library=library, text_format=text_format)
     peak = peak_mib()
     nodes = layered_dag(size, width, seed)
     if problem := check_result(result, expected_outputs(nodes)):
@@ -218,6 +229,7 @@ def run_child(side: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
         "--seed",
         str(args.seed),
         *(["--library"] if args.library else []),
+        *(["--format", args.format] if side == "pipeline" else []),
     ]
     try:
         done = subprocess.run(
@@ -318,6 +330,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "max_parallel": args.width,
         "seed": args.seed,
         "mode": "library" if args.library else "cli",
+        "format": args.format,
         "warm_up_steps": WARM_UP_STEPS,
         "targets": {
             "pipeline_us_per_step": TARGET_PIPELINE_US,
@@ -352,7 +365,8 @@ def report(f: dict[str, Any]) -> str:
             if f["mode"] == "library"
             else "as the planloom command runs it, inside engine._support.gc.heap_frozen"
         ),
-        f"runs per side: {repeats}; figures are medians, [min–max] over the runs",
+        f"recipe text: {f['format'].upper()}; runs per side: {repeats}; figures are medians, "
+        "[min–max] over the runs",
         "",
         f"{'steps':>8} {'parse':>7} {'valid.':>7} {'execute':>8} {'pipeline':>9} "
         f"{'floor':>6} {'pipe/floor':>10} {'flat':>6} {'gc':>6} {'peak MiB':>9} {'floor MiB':>9}",
@@ -478,6 +492,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="run the pipeline as a program calling the API does; by default it runs as "
         "the planloom command runs it, inside engine._support.gc.heap_frozen",
     )
+    parser.add_argument(
+        "--format",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="the recipe's text: YAML (default), or JSON (as a program or a planner writes "
+        "a large plan; read by the JSON parser)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     # One timed run of one side in this process: what the parent spawns.
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
@@ -500,7 +521,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child is not None:
         if args.side == "pipeline":
-            figures = child_pipeline(args.child, args.width, args.seed, args.library)
+            figures = child_pipeline(args.child, args.width, args.seed, args.library, args.format)
         else:
             figures = child_floor(args.child, args.width, args.seed)
         print(json.dumps(figures))
