@@ -113,7 +113,7 @@ class Edges:
         dependents: dict[str, list[str]] = {}
         for step in steps:
             deps = step_dependencies(step)
-            if not all(dep in ids for dep in deps):
+            if not ids.issuperset(deps):
                 deps = [dep for dep in deps if dep in ids]
             known = dependencies.get(step.id)
             if known is not None:  # an id used twice (reported apart): one node, as in a graph

@@ -57,13 +57,10 @@ def check_step_templates(
 ) -> None:
     """Check every template of `step` against the names it may read there, and, with
     `outputs`, against what the steps it reads output."""
-    allowed_roots = {"inputs", "steps"}
+    roots = {"inputs", "steps", "run"} if path[0] == "finally" else {"inputs", "steps"}
+    in_items = roots | {"item", "index"} if step.for_each is not None else roots
     for sub, source, template in step_parsed(step):
-        names = set(allowed_roots)
-        if step.for_each is not None and sub[0] != "for_each":
-            names |= {"item", "index"}
-        if path[0] == "finally":
-            names.add("run")
+        names = in_items if sub[0] != "for_each" else roots
         _check_template(
             report, (*path, *sub), source, plan, names, visible, later, template, outputs
         )
@@ -102,11 +99,16 @@ def _check_template(
             "templates look like ${{ steps.ID.output }} or ${{ inputs.NAME }}",
         )
         return
-    for kind, unknown, names_of in (
-        ("filter", template.unknown_filters, filter_names),
-        ("test", template.unknown_tests, test_names),
-    ):
-        known = names_of() if unknown else []  # (sorted: only for a hint)
+    unknowns = (
+        (
+            ("filter", template.unknown_filters, filter_names),
+            ("test", template.unknown_tests, test_names),
+        )
+        if template.unknown_filters or template.unknown_tests
+        else ()
+    )
+    for kind, unknown, names_of in unknowns:
+        known = names_of()  # (sorted: only for a hint)
         for name in unknown:
             report(
                 path,
