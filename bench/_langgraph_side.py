@@ -1,20 +1,21 @@
 """The peer bench's LangGraph side: bench/overhead.py's DAG as a LangGraph `StateGraph`.
 
 Run by bench/peer.py as a fresh process (`python bench/_langgraph_side.py`), which reads the
-DAG from its standard input as JSON (`{"warm": DAG, "timed": DAG}`, a DAG being
-`{"nodes": [[id, [parents...], literal], ...], "expected": {id: output}}`, what overhead.py's
-`layered_dag` and `expected_outputs` made in the parent), runs the warm-up, then the timed
-run, checks every output and prints its figures as one line of JSON (exit 1 on a wrong
-result). It imports no part of planloom: a LangGraph program holds only LangGraph, and
-planloom's modules in its heap would weigh on LangGraph's garbage collections.
+DAG from its standard input as JSON (`{"warm": DAG, "timed": DAG, "checkpointer": bool}`,
+a DAG being `{"nodes": [[id, [parents...], literal], ...], "expected": {id: output}}`, what
+overhead.py's `layered_dag` and `expected_outputs` made in the parent), runs the warm-up,
+then the timed run, checks every output (and with a checkpointer, the last checkpoint's)
+and prints its figures as one line of JSON (exit 1 on a wrong result). It imports no part
+of planloom: a LangGraph program holds only LangGraph, and planloom's modules in its heap
+would weigh on LangGraph's garbage collections.
 
 A node per step, each running the floor's no-op (`overhead.noop`) on its first parent's
 output (a root on its literal), and returning `{step: value}`; the state is one dict of
 every step's output, with a reducer that merges each node's output into it. A node with
 parents is joined to all of them (`add_edge([parents...], node)`: LangGraph's waiting
 edge, a barrier channel that lets the node start only once every parent has written); a
-root is joined to `START`. No checkpointer: LangGraph's fastest setup, and the one a run
-without a journal compares with.
+root is joined to `START`. No checkpointer (LangGraph's fastest setup, compared with a run
+without a journal), or LangGraph's `InMemorySaver` (compared with planloom's journal).
 
 LangGraph is imported inside the functions, so that this module (and bench/peer.py)
 imports without it.
@@ -25,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import gc
 import importlib.metadata
+import importlib.util
 import json
 import resource
 import sys
@@ -80,9 +82,10 @@ def merge_outputs(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]
 
     In place: a pure reducer (`{**left, **right}`) copies the whole dict for every node
     that writes, a cost that grows with the plan (quadratic in all) and that the bench's
-    choice of reducer would add, not LangGraph. In place is safe here: with no
-    checkpointer nothing else holds the dict, and LangGraph applies a superstep's writes
-    after all its nodes have ended.
+    choice of reducer would add, not LangGraph. In place is safe here: LangGraph applies a
+    superstep's writes after all its nodes have ended, and nothing else holds the dict
+    (with a checkpointer, each superstep's checkpoint is serialized before the next
+    starts: `durability="sync"`).
     """
     left.update(right)
     return left
@@ -148,18 +151,37 @@ def recursion_limit(nodes: Sequence[Node]) -> int:
     return depth(nodes) + 1
 
 
-def run_langgraph(nodes: Sequence[Node]) -> tuple[dict[str, float], dict[str, Any]]:
+def run_langgraph(
+    nodes: Sequence[Node], *, checkpointer: bool = False
+) -> tuple[dict[str, float], dict[str, Any], dict[str, Any] | None]:
     """Build, compile and run the graph (`ainvoke` under `asyncio.run`, as the planloom
-    side runs its executor); the seconds of each phase and every step's output."""
-    limit = recursion_limit(nodes)
+    side runs its executor); the seconds of each phase, every step's output, and with
+    `checkpointer` what its last checkpoint holds (read after the timed part).
+
+    `checkpointer`: compiled with LangGraph's `InMemorySaver`, run on one thread with
+    `durability="sync"`: each superstep's checkpoint is saved before the next starts, as
+    planloom's journal writes a step's entry when it ends (the default, "async", saves it
+    while the next runs, and would save the in-place reducer's dict as a later superstep
+    left it).
+    """
+    config: dict[str, Any] = {"recursion_limit": recursion_limit(nodes)}
+    if checkpointer:
+        config["configurable"] = {"thread_id": "bench"}
     with GcClock() as gc_clock:
         cpu_started = time.process_time()
         started = time.perf_counter()
         graph = build_graph(nodes)
         built = time.perf_counter()
-        app = graph.compile()
+        if checkpointer:
+            from langgraph.checkpoint.memory import InMemorySaver
+
+            app = graph.compile(checkpointer=InMemorySaver())
+            run = app.ainvoke({"outputs": {}}, config, durability="sync")
+        else:
+            app = graph.compile()
+            run = app.ainvoke({"outputs": {}}, config)
         compiled = time.perf_counter()
-        final = asyncio.run(app.ainvoke({"outputs": {}}, {"recursion_limit": limit}))
+        final = asyncio.run(run)
         finished = time.perf_counter()
         cpu_finished = time.process_time()
     seconds = {
@@ -170,16 +192,25 @@ def run_langgraph(nodes: Sequence[Node]) -> tuple[dict[str, float], dict[str, An
         "gc": gc_clock.seconds,
     }
     outputs: dict[str, Any] = final["outputs"]
-    return seconds, outputs
+    saved = app.get_state(config).values["outputs"] if checkpointer else None
+    return seconds, outputs, saved
 
 
 def langgraph_problem() -> str | None:
-    """Why LangGraph cannot run here (not installed, or older than the floor), if so."""
+    """Why LangGraph cannot run here (not installed, or older than the floor), if so.
+
+    Found without importing it: the bench's processes inherit the parent's peak memory
+    (`ru_maxrss` counts the process before its `exec`), and LangGraph's modules are 40 MiB.
+    """
     try:
-        import langgraph.graph  # noqa: F401  (only whether it imports)
-    except ImportError as exc:
+        found = importlib.util.find_spec("langgraph.graph")
+    except ImportError as exc:  # a parent package that fails to import
         return f"LangGraph is not installed ({exc})"
-    version = importlib.metadata.version("langgraph")
+    if found is None:
+        return "LangGraph is not installed (no module named 'langgraph.graph')"
+    version = langgraph_version()
+    if version is None:
+        return None  # importable without its distribution's metadata: let it run
     try:
         major_minor = tuple(int(part) for part in version.split(".")[:2])
     except ValueError:
@@ -224,15 +255,19 @@ def check(outputs: dict[str, Any], expected: dict[str, Any], what: str) -> None:
 
 def main() -> int:
     dags = json.load(sys.stdin)
+    checkpointer = bool(dags.get("checkpointer"))
     warm, warm_expected = read_dag(dags["warm"])
-    check(run_langgraph(warm)[1], warm_expected, "warm-up")
+    _, outputs, saved = run_langgraph(warm, checkpointer=checkpointer)
+    check(outputs, warm_expected, "warm-up")
     nodes, expected = read_dag(dags["timed"])
     del dags, warm, warm_expected
     gc.collect()
     before = peak_mib()
-    seconds, outputs = run_langgraph(nodes)
+    seconds, outputs, saved = run_langgraph(nodes, checkpointer=checkpointer)
     peak = peak_mib()
     check(outputs, expected, f"{len(nodes)} steps")
+    if checkpointer:  # the last checkpoint holds the whole run
+        check(saved or {}, expected, f"{len(nodes)} steps, the last checkpoint")
     figures = {
         "seconds": seconds,
         "rss_before_mib": before,

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from _langgraph_side import INSTALL_HINT, langgraph_problem, langgraph_version
+from _planloom_journal import child_journal
 from overhead import DEFAULT_SEED, expected_outputs, layered_dag
 from scale import WARM_UP_STEPS, child_floor, child_pipeline, parse_sizes
 
@@ -52,6 +53,8 @@ DEFAULT_WIDTH = 50
 TARGET_RATIO = 10.0  # LangGraph / planloom, whole pipeline
 TARGET_AT = 2_000
 SIDES = ("floor", "planloom", "langgraph")
+PERSISTENT = ("planloom_journal", "langgraph_checkpointer")  # --journal
+IN_THIS_SCRIPT = ("floor", "planloom", "planloom_journal")  # the others: _langgraph_side.py
 CHILD_TIMEOUT = 3600  # seconds; a hung child fails the bench instead of hanging it
 
 
@@ -61,13 +64,15 @@ CHILD_TIMEOUT = 3600  # seconds; a hung child fails the bench instead of hanging
 def run_in_child(side: str, size: int, width: int, seed: int) -> dict[str, Any]:
     if side == "planloom":
         return child_pipeline(size, width, seed, False)
+    if side == "planloom_journal":
+        return child_journal(size, width, seed)
     return child_floor(size, width, seed)
 
 
-def langgraph_input(size: int, width: int, seed: int) -> str:
+def langgraph_input(size: int, width: int, seed: int, checkpointer: bool) -> str:
     """What the LangGraph side's process reads: the warm-up and timed DAGs, each with every
     step's expected output (overhead.py's functions, which that process cannot import
-    without importing planloom)."""
+    without importing planloom), and whether to run with a checkpointer."""
 
     def dag(steps: int) -> dict[str, Any]:
         nodes = layered_dag(steps, width, seed)
@@ -76,7 +81,9 @@ def langgraph_input(size: int, width: int, seed: int) -> str:
             "expected": expected_outputs(nodes),
         }
 
-    return json.dumps({"warm": dag(WARM_UP_STEPS), "timed": dag(size)})
+    return json.dumps(
+        {"warm": dag(WARM_UP_STEPS), "timed": dag(size), "checkpointer": checkpointer}
+    )
 
 
 # -- in the parent: take turns in fresh processes, take medians ------------------------------
@@ -84,9 +91,9 @@ def langgraph_input(size: int, width: int, seed: int) -> str:
 
 def run_child(side: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
     here = Path(__file__).resolve()
-    if side == "langgraph":
+    if side.startswith("langgraph"):
         command = [sys.executable, str(here.with_name("_langgraph_side.py"))]
-        given = langgraph_input(size, args.width, args.seed)
+        given = langgraph_input(size, args.width, args.seed, side == "langgraph_checkpointer")
     else:
         command = [
             sys.executable,
@@ -117,9 +124,9 @@ def run_child(side: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
 
 def whole_seconds(side: str, seconds: dict[str, float]) -> float:
     """A run's seconds from its input to its result."""
-    if side == "planloom":
+    if side.startswith("planloom"):
         return seconds["parse"] + seconds["validate"] + seconds["execute"]
-    if side == "langgraph":
+    if side.startswith("langgraph"):
         return seconds["build"] + seconds["compile"] + seconds["invoke"]
     return seconds["floor"]
 
@@ -194,11 +201,44 @@ def measure_size(size: int, sides: Sequence[str], args: argparse.Namespace) -> d
             "execute": langgraph["median"] / us_per_step["planloom_execute"]["median"],
         }
         figures["target_met"] = ratio >= TARGET_RATIO if size == TARGET_AT else None
+    if "planloom_journal" in sides:
+        us_per_step |= {
+            "planloom_journal_whole": us("planloom_journal"),
+            "planloom_journal_execute": us("planloom_journal", "execute"),
+        }
+        memory["planloom_journal"] = peak("planloom_journal")
+        figures["persistence"] = persistence(us_per_step)
+    if "langgraph_checkpointer" in sides:
+        us_per_step["langgraph_checkpointer_whole"] = us("langgraph_checkpointer")
+        memory["langgraph_checkpointer"] = peak("langgraph_checkpointer")
+        figures["persistence"] = persistence(us_per_step)
+    return figures
+
+
+def persistence(us: dict[str, Any]) -> dict[str, Any]:
+    """What keeping the run costs each side, µs/step: planloom's journal (its execute phase
+    with the journal − without), LangGraph's checkpointer (its whole with − without)."""
+    figures: dict[str, Any] = {}
+    if "planloom_journal_execute" in us:
+        figures["journal_added"] = (
+            us["planloom_journal_execute"]["median"] - us["planloom_execute"]["median"]
+        )
+    if "langgraph_checkpointer_whole" in us:
+        figures["checkpointer_added"] = (
+            us["langgraph_checkpointer_whole"]["median"] - us["langgraph_whole"]["median"]
+        )
+    if len(figures) == 2:
+        figures["ratio_added"] = figures["checkpointer_added"] / figures["journal_added"]
+        figures["ratio_whole"] = (
+            us["langgraph_checkpointer_whole"]["median"] / us["planloom_journal_whole"]["median"]
+        )
     return figures
 
 
 def measure(args: argparse.Namespace) -> dict[str, Any]:
-    sides = SIDES[:2] if args.planloom_only else SIDES
+    sides = [*SIDES, *PERSISTENT] if args.journal else list(SIDES)
+    if args.planloom_only:
+        sides = [side for side in sides if not side.startswith("langgraph")]
     return {
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -209,7 +249,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "seed": args.seed,
         "repeat": args.repeat,
         "warm_up_steps": WARM_UP_STEPS,
-        "sides": list(sides),
+        "sides": sides,
         "target": {"ratio_langgraph_planloom": TARGET_RATIO, "at_steps": TARGET_AT},
         "sizes": [measure_size(size, sides, args) for size in args.sizes],
     }
@@ -268,6 +308,7 @@ def report(f: dict[str, Any]) -> str:
                 + ", ".join(f"{value:.1f}x" for value in ratio["runs"])
                 + f"; LangGraph whole / planloom execute {ratio['execute']:.1f}x",
             ]
+        lines += persistence_lines(s)
         peaks = ", ".join(f"{side} {mib:,.0f}" for side, mib in s["rss_peak_mib"].items())
         lines.append(f"  {'':>8}  peak RSS of the run's process, MiB: {peaks}")
     target = f["target"]
@@ -285,6 +326,32 @@ def report(f: dict[str, Any]) -> str:
             f"≥ {target['ratio_langgraph_planloom']:g}x: {verdict}"
         )
     return "\n".join(lines)
+
+
+def persistence_lines(s: dict[str, Any]) -> list[str]:
+    """--journal's lines for one size."""
+    kept = s.get("persistence")
+    if kept is None:
+        return []
+    us = s["us_per_step"]
+
+    def runs(key: str) -> str:
+        return ", ".join(f"{value:.1f}" for value in us[key]["runs"])
+
+    lines = [
+        f"  {'':>8}  planloom with its journal: whole {runs('planloom_journal_whole')}, "
+        f"execute {runs('planloom_journal_execute')}; the journal adds "
+        f"{kept['journal_added']:.1f} µs/step"
+    ]
+    if "checkpointer_added" in kept:
+        lines += [
+            f"  {'':>8}  LangGraph with InMemorySaver: whole "
+            f"{runs('langgraph_checkpointer_whole')}; the checkpointer adds "
+            f"{kept['checkpointer_added']:.1f} µs/step",
+            f"  {'':>8}  kept runs, LangGraph / planloom: whole {kept['ratio_whole']:.1f}x, "
+            f"added {kept['ratio_added']:.1f}x",
+        ]
+    return lines
 
 
 # -- command line --------------------------------------------------------------------------
@@ -326,10 +393,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         action="store_true",
         help="run planloom and the floor only (no LangGraph needed)",
     )
+    parser.add_argument(
+        "--journal",
+        action="store_true",
+        help="also run planloom with its run journal (SQLite, as `planloom run` keeps one) "
+        "and LangGraph with its in-memory checkpointer",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     # One timed run of one side in this process: what the parent spawns.
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
-    parser.add_argument("--side", choices=SIDES[:2], default="planloom", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--side", choices=IN_THIS_SCRIPT, default="planloom", help=argparse.SUPPRESS
+    )
     args = parser.parse_args(argv)
     args.sizes = sorted({size for group in args.sizes for size in group})
     if not 1 <= args.width <= 1024:

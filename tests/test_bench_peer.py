@@ -56,12 +56,14 @@ def test_without_langgraph_the_bench_says_how_to_install_it_and_exits_2(tmp_path
 
 
 @pytest.mark.slow
-def test_planloom_only_reports_planloom_and_the_floor_without_langgraph(tmp_path: Path) -> None:
-    done = peer(tmp_path, "--sizes", "200", "--repeat", "1", "--planloom-only", "--json")
+def test_planloom_only_reports_planloom_and_its_journal_without_langgraph(tmp_path: Path) -> None:
+    done = peer(
+        tmp_path, "--sizes", "200", "--repeat", "1", "--planloom-only", "--journal", "--json"
+    )
 
     assert done.returncode == 0, done.stderr[-3000:]
     figures: dict[str, Any] = json.loads(done.stdout)
-    assert figures["sides"] == ["floor", "planloom"]
+    assert figures["sides"] == ["floor", "planloom", "planloom_journal"]
     assert figures["langgraph"] is None
     assert figures["width"] == figures["max_parallel"] == 50
     [size] = figures["sizes"]
@@ -77,7 +79,10 @@ def test_planloom_only_reports_planloom_and_the_floor_without_langgraph(tmp_path
     assert whole == pytest.approx(parts)  # one run: the sum of its phases
     assert us["planloom_execute"]["median"] < whole
     assert size["ratio_to_floor"] == {"planloom": whole / us["floor"]["median"]}
-    assert set(size["rss_peak_mib"]) == {"planloom", "floor"}
+    assert set(size["rss_peak_mib"]) == {"planloom", "floor", "planloom_journal"}
+    # the journaled run (its journal checked whole by the bench): what the journal adds
+    journaled = us["planloom_journal_execute"]["median"]
+    assert size["persistence"] == {"journal_added": journaled - us["planloom_execute"]["median"]}
 
 
 def langgraph_side() -> ModuleType:
