@@ -12,6 +12,10 @@ step a no-op that returns its first parent's output (a root, its literal).
   (bench/_langgraph_side.py): a node per step, joined to all its parents, state merged by
   a reducer, no checkpointer, `recursion_limit` set from the DAG's depth.
 - **floor**: overhead.py's bare start-when-ready asyncio executor of the same DAG.
+- With `--journal`, also what keeping the run costs each: planloom with its run journal in
+  a SQLite store, as `planloom run` keeps it (bench/_planloom_journal.py), and the same
+  `StateGraph` compiled with LangGraph's `InMemorySaver`, each superstep saved before the
+  next starts.
 
 Every run is a fresh process (this script with a hidden `--child SIZE` flag; LangGraph's,
 bench/_langgraph_side.py, which imports no part of planloom) that first runs a 200-step
@@ -26,7 +30,7 @@ says so and exits 2, unless `--planloom-only` (planloom and the floor alone).
 
 Usage:
     .venv/bin/python bench/peer.py [--sizes 2000 10000] [--width 50] [--repeat 3]
-                                   [--seed N] [--planloom-only] [--json]
+                                   [--seed N] [--journal] [--planloom-only] [--json]
 """
 
 from __future__ import annotations
@@ -217,18 +221,23 @@ def measure_size(size: int, sides: Sequence[str], args: argparse.Namespace) -> d
 
 def persistence(us: dict[str, Any]) -> dict[str, Any]:
     """What keeping the run costs each side, µs/step: planloom's journal (its execute phase
-    with the journal − without), LangGraph's checkpointer (its whole with − without)."""
+    with the journal − without), LangGraph's checkpointer (its whole with − without). Each
+    the median of the rounds' differences (the two runs of a round ran back to back), with
+    every round's."""
+
+    def added(kept: str, plain: str) -> dict[str, Any]:
+        rounds = [a - b for a, b in zip(us[kept]["runs"], us[plain]["runs"], strict=True)]
+        return {"median": statistics.median(rounds), "runs": rounds}
+
     figures: dict[str, Any] = {}
     if "planloom_journal_execute" in us:
-        figures["journal_added"] = (
-            us["planloom_journal_execute"]["median"] - us["planloom_execute"]["median"]
-        )
+        figures["journal_added"] = added("planloom_journal_execute", "planloom_execute")
     if "langgraph_checkpointer_whole" in us:
-        figures["checkpointer_added"] = (
-            us["langgraph_checkpointer_whole"]["median"] - us["langgraph_whole"]["median"]
-        )
+        figures["checkpointer_added"] = added("langgraph_checkpointer_whole", "langgraph_whole")
     if len(figures) == 2:
-        figures["ratio_added"] = figures["checkpointer_added"] / figures["journal_added"]
+        figures["ratio_added"] = (
+            figures["checkpointer_added"]["median"] / figures["journal_added"]["median"]
+        )
         figures["ratio_whole"] = (
             us["langgraph_checkpointer_whole"]["median"] / us["planloom_journal_whole"]["median"]
         )
@@ -338,16 +347,19 @@ def persistence_lines(s: dict[str, Any]) -> list[str]:
     def runs(key: str) -> str:
         return ", ".join(f"{value:.1f}" for value in us[key]["runs"])
 
+    def added(key: str) -> str:
+        rounds = ", ".join(f"{value:.1f}" for value in kept[key]["runs"])
+        return f"{kept[key]['median']:.1f} µs/step (rounds: {rounds})"
+
     lines = [
         f"  {'':>8}  planloom with its journal: whole {runs('planloom_journal_whole')}, "
-        f"execute {runs('planloom_journal_execute')}; the journal adds "
-        f"{kept['journal_added']:.1f} µs/step"
+        f"execute {runs('planloom_journal_execute')}; the journal adds {added('journal_added')}"
     ]
     if "checkpointer_added" in kept:
         lines += [
             f"  {'':>8}  LangGraph with InMemorySaver: whole "
             f"{runs('langgraph_checkpointer_whole')}; the checkpointer adds "
-            f"{kept['checkpointer_added']:.1f} µs/step",
+            f"{added('checkpointer_added')}",
             f"  {'':>8}  kept runs, LangGraph / planloom: whole {kept['ratio_whole']:.1f}x, "
             f"added {kept['ratio_added']:.1f}x",
         ]
