@@ -117,3 +117,15 @@ def test_langgraph_gets_a_recursion_limit_above_the_dag_depth() -> None:
     assert side.depth(fan) == 2
     # one superstep a layer, and one for the input: older LangGraphs stop at 25 by default
     assert side.recursion_limit(chain) == 4
+
+
+def test_help_explains_each_flag_and_hides_the_child_ones(tmp_path: Path) -> None:
+    done = peer(tmp_path, "--help")  # without LangGraph: --help needs none of it
+
+    assert done.returncode == 0, done.stderr
+    for flag in ("--sizes", "--width", "--repeat", "--seed", "--journal", "--planloom-only"):
+        assert flag in done.stdout, flag
+    assert "--json" in done.stdout
+    assert "pip install -e '.[peer]'" in " ".join(done.stdout.split())  # however it wraps
+    assert "--child" not in done.stdout  # the hidden flags a bench spawns itself with
+    assert "--side" not in done.stdout
