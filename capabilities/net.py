@@ -15,14 +15,11 @@ Nothing here does I/O except `system_resolver`. The rules, in the order `http` a
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import re
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
-
-import idna
 
 if TYPE_CHECKING:
     # Imported in `parse_url`: the grant models import this module whenever the registry
@@ -87,6 +84,8 @@ def canonical_host(name: str) -> str:
     if not name:
         raise ValueError("empty host name")
     if not name.isascii():
+        import idna  # only for a non-ASCII name: most never need it (nor does start-up)
+
         try:
             name = idna.encode(name, uts46=True).decode("ascii")
         except idna.IDNAError as exc:
@@ -212,6 +211,10 @@ def permitted_by(address: IPAddress, networks: Sequence[IPNetwork]) -> IPNetwork
 
 async def system_resolver(host: str, port: int) -> list[str]:
     """Resolve `host` with the operating system's resolver, off the event loop."""
+    # asyncio is imported where it is used: `planloom validate` imports this module
+    # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+    import asyncio
+
     loop = asyncio.get_running_loop()
     infos = await loop.getaddrinfo(host, port, type=socket.SOCK_STREAM, proto=socket.IPPROTO_TCP)
     return [str(info[4][0]) for info in infos]

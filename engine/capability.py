@@ -8,7 +8,6 @@ and declares its params model, its result model and whether a call has side effe
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import typing
@@ -193,6 +192,10 @@ class Registry:
         """List and bind what `wanted` names; what only partly failed goes to `partial`
         (not cached: the next bind asks again)."""
 
+        # asyncio is imported where it is used: `planloom validate` imports this module
+        # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+        import asyncio
+
         async def one(
             key: tuple[str, str, str], family: Family, grant: BaseModel
         ) -> list[DiscoveryFailed]:
@@ -302,6 +305,8 @@ class Registry:
             def lookup(user: str) -> dict[str, str]: ...
             ```
         """
+        import asyncio
+
         if "." not in name:
             raise UsageError(f"capability name {name!r} must be 'family.action'")
 

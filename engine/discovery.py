@@ -20,7 +20,6 @@ it closes.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import threading
 from collections.abc import Awaitable, Callable, Coroutine
@@ -140,6 +139,10 @@ def run_blocking(coro: Coroutine[Any, Any, T]) -> T:
     Validation is synchronous and may be called from async code (a planner validating the
     model's plan); discovery there runs on its own loop in a short-lived thread.
     """
+    # asyncio is imported where it is used: `planloom validate` imports this module
+    # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+    import asyncio
+
     try:
         asyncio.get_running_loop()
     except RuntimeError:

@@ -12,6 +12,9 @@ budget), and at most `CALL_SECONDS`; running out raises `RegexTimeout`, which ea
 turns into its own clear error.
 
 Patterns planloom writes itself are fixed and known to be linear; they keep using `re`.
+
+The `regex` module is imported by the first pattern compiled, not with this module:
+validating a recipe imports the templates' tests and filters, which may never run one.
 """
 
 from __future__ import annotations
@@ -20,9 +23,10 @@ import functools
 import re
 import time
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
-import regex
+if TYPE_CHECKING:
+    import regex
 
 __all__ = [
     "CALL_SECONDS",
@@ -47,8 +51,6 @@ MAX_EXPANDED = 20_000
 """The most pattern nodes a pattern's repeat counts may unroll to (about 5 MB compiled)."""
 
 T = TypeVar("T")
-
-_FLAGS = regex.VERSION0  # `re`-compatible syntax and semantics (VERSION1 changes both)
 
 
 class RegexTimeout(Exception):
@@ -88,8 +90,10 @@ def compile_pattern(pattern: str) -> regex.Pattern[str]:
             f"multiply to about {expanded:,} copies; at most {MAX_EXPANDED:,} are accepted "
             "(use {0,n} or + where an exact count is not needed)"
         )
-    try:
-        return regex.compile(pattern, _FLAGS)
+    import regex
+
+    try:  # VERSION0: `re`-compatible syntax and semantics (VERSION1 changes both)
+        return regex.compile(pattern, regex.VERSION0)
     except (regex.error, OverflowError, RecursionError, MemoryError) as exc:
         raise ValueError(f"invalid regular expression {_shown(pattern)}: {exc}") from exc
 

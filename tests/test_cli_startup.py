@@ -64,9 +64,23 @@ TOP_HELP_MODULES = HELP_MODULES | {"engine.app.environment"}
 # What validating a recipe does not need: the model client, logs and live view, the run
 # store, journal and report, cassettes, the executor and session, the MCP SDK and its
 # servers, httpx and the http family's wire code and page conversion (trafilatura, lxml),
-# the shell family's argument rules and launchers; networkx (the cycle check needs no graph
-# library, only naming a cycle does).
+# the shell family's argument rules, launchers and confinement probe; networkx (the cycle
+# check needs no graph library, only naming a cycle does); asyncio (with ssl, which loads
+# OpenSSL, and concurrent.futures: the families import it where their calls use it), the
+# sandbox that makes calls, the run's results and events, redaction, the `regex` module
+# (user patterns: compiled by the first one used), idna (a non-ASCII host name's).
 NOT_FOR_VALIDATE = (
+    "asyncio",
+    "ssl",
+    "concurrent.futures",
+    "regex",
+    "idna",
+    "engine.sandbox",
+    "engine.results",
+    "engine.events",
+    "engine.agent",
+    "engine.redaction",
+    "capabilities.shell._probe",
     "openai",
     "networkx",
     "structlog",

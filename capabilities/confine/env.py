@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import fnmatch
 
-from engine.redaction import is_secret_env_name
-
 __all__ = ["SAFE_PATH", "is_refused_env"]
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -90,6 +88,9 @@ _REFUSED_ENV = (
 
 
 def is_refused_env(name: str) -> bool:
+    # here, not at the top: a grant with no `env` (and `planloom validate`) needs no redaction
+    from engine.redaction import is_secret_env_name
+
     upper = name.upper()
     return is_secret_env_name(upper) or any(
         fnmatch.fnmatchcase(upper, pattern) for pattern in _REFUSED_ENV

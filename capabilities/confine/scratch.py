@@ -8,7 +8,6 @@ cgroup, so that the call does not wait for the kernel to move a process into one
 
 from __future__ import annotations
 
-import asyncio
 import atexit
 import contextlib
 import functools
@@ -103,6 +102,10 @@ class Scratch:
 
     async def empty_cgroup(self) -> None:
         """Kill whatever is left in the cgroup (only possible without a PID namespace)."""
+        # asyncio is imported where it is used: `planloom validate` imports this module
+        # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+        import asyncio
+
         if self.cgroup is None:
             return
         loop = asyncio.get_running_loop()

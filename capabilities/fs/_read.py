@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import os
 import stat
 from typing import Literal
@@ -16,6 +15,10 @@ __all__ = ["list_folder", "read_file"]
 
 
 async def read_file(params: ReadParams, ctx: CallContext) -> ReadResult:
+    # asyncio is imported where it is used: `planloom validate` imports this module
+    # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+    import asyncio
+
     grant = grant_of(ctx)
     require_read(grant, "fs.read")
     rel = clean_relpath(params.path, "fs.read")
@@ -42,6 +45,8 @@ def _read_sync(jail: Jail, rel: str, cap: int) -> ReadResult:
 
 
 async def list_folder(params: ListParams, ctx: CallContext) -> ListResult:
+    import asyncio
+
     grant = grant_of(ctx)
     require_read(grant, "fs.list")
     rel = clean_relpath(params.path, "fs.list")

@@ -9,7 +9,6 @@ deadline set a little before the call's own timeout, and by cancellation of the 
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 import stat
@@ -52,6 +51,10 @@ _BINARY_SNIFF = 8192
 
 
 async def search_files(params: SearchParams, ctx: CallContext) -> SearchResult:
+    # asyncio is imported where it is used: `planloom validate` imports this module
+    # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+    import asyncio
+
     grant = grant_of(ctx)
     require_read(grant, "fs.search")
     rel = clean_relpath(params.path, "fs.search")

@@ -7,7 +7,6 @@ regular file and never follows a symlink.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import os
 import secrets
@@ -51,6 +50,10 @@ async def append_file(params: AppendParams, ctx: CallContext) -> WriteResult:
 async def _write_or_append(
     params: WriteParams, ctx: CallContext, action: str, impl: _Impl
 ) -> WriteResult:
+    # asyncio is imported where it is used: `planloom validate` imports this module
+    # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+    import asyncio
+
     grant = grant_of(ctx)
     rel = clean_relpath(params.path, action)
     require_write(grant, rel, action)
@@ -119,6 +122,8 @@ def _append_sync(jail: Jail, rel: str, data: bytes, create_dirs: bool) -> None:
 
 
 async def delete_file(params: DeleteParams, ctx: CallContext) -> DeleteResult:
+    import asyncio
+
     grant = grant_of(ctx)
     rel = clean_relpath(params.path, "fs.delete")
     require_write(grant, rel, "fs.delete")

@@ -21,7 +21,6 @@ replay validates and runs without starting any server.
 
 from __future__ import annotations
 
-import asyncio
 import fnmatch
 import functools
 import re
@@ -42,7 +41,6 @@ from capabilities.mcp._models import (
     result_model,
 )
 from capabilities.shell import confinement_report
-from engine.agent import tool_name_for
 from engine.capability import Action, CallContext, Family, Registry
 from engine.discovery import Bound, Discovery, DiscoveryFailed, Listing
 from engine.errors import ConfigurationError, StepFailed
@@ -94,7 +92,10 @@ def _scope(grant: BaseModel, base_dir: Path) -> Servers:
 async def _listing(grant: BaseModel, base_dir: Path) -> Listing:
     """Every granted server's tools, listed at once; each server that fails is a problem."""
     # Imported here, not at the top: the registry loads this family for every command, and
-    # httpx2 (under _http) is needed only once a recipe's servers are asked.
+    # httpx2 (under _http) and asyncio (with ssl, which loads OpenSSL) are needed only once a
+    # recipe's servers are asked.
+    import asyncio
+
     from capabilities.mcp._http import MissingVariable
     from capabilities.mcp._servers import list_tools
 
@@ -179,6 +180,8 @@ def _bind(grant: BaseModel, base_dir: Path, listing: Listing) -> Bound:
 def _distinct_for_models(actions: list[Action[Any]], withheld: dict[str, str]) -> list[Action[Any]]:
     """The actions whose function names for models (`mcp.a.b` → `mcp__a__b`) are unique;
     the others are withheld, all of each clashing group, since no name says which one."""
+    from engine.agent import tool_name_for  # agents' names: not what loading the family needs
+
     by_function: dict[str, list[str]] = {}
     for action in actions:
         by_function.setdefault(tool_name_for(action.name), []).append(action.name)

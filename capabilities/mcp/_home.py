@@ -23,9 +23,7 @@ and the SDK (half a second to import) only when a server is asked.
 
 from __future__ import annotations
 
-import asyncio
 import atexit
-import concurrent.futures
 import contextlib
 import os
 import threading
@@ -49,6 +47,10 @@ class _Home:
     """The loop, its thread, and the parked sessions (touched only on the loop)."""
 
     def __init__(self) -> None:
+        # asyncio is imported where it is used: `planloom validate` imports this module
+        # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+        import asyncio
+
         self.pid = os.getpid()
         self.loop = asyncio.new_event_loop()
         self.parked: dict[Any, Parkable] = {}
@@ -57,13 +59,17 @@ class _Home:
 
     def release(self) -> None:
         """Stop the parked sessions, waiting a bounded time (from outside the loop)."""
+        import asyncio
+
         if os.getpid() != self.pid:
             return  # a forked child: the parent's servers are the parent's
         future = asyncio.run_coroutine_threadsafe(self._stop_parked(), self.loop)
-        with contextlib.suppress(concurrent.futures.TimeoutError):
+        with contextlib.suppress(TimeoutError):  # concurrent.futures' (one since 3.11)
             future.result(_RELEASE_TIMEOUT)
 
     async def _stop_parked(self) -> None:
+        import asyncio
+
         parked, self.parked = list(self.parked.values()), {}
         await asyncio.gather(*(session.stop() for session in parked))
 
@@ -95,6 +101,8 @@ async def on_home(coro: Coroutine[Any, Any, T], *, detached: bool = False) -> T:
     `coro` runs to its end (the stop of a run's servers, which a second Ctrl-C must not
     leave half done).
     """
+    import asyncio
+
     future = asyncio.wrap_future(asyncio.run_coroutine_threadsafe(coro, _current().loop))
     if detached:
         return await asyncio.shield(future)

@@ -20,7 +20,6 @@ from pydantic import (
 )
 
 from capabilities.net import canonical_host, literal_address, parse_url
-from engine.redaction import declare_secret_env_names
 
 __all__ = [
     "FAMILY",
@@ -168,6 +167,9 @@ class HttpServer(_Server):
     @field_validator("headers_from_env")
     @classmethod
     def _declared_secret(cls, headers: dict[str, str]) -> dict[str, str]:
+        # here, not at the top: loading the family (every command does) needs no redaction
+        from engine.redaction import declare_secret_env_names
+
         declare_secret_env_names(headers.values())
         return headers
 

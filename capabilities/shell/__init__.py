@@ -55,11 +55,22 @@ import os
 
 from capabilities.shell._admit import admit
 from capabilities.shell._models import ACTION, ShellGrant, ShellParams, ShellResult
-from capabilities.shell._probe import confinement_report
 from capabilities.shell._run import run, scope
 from engine.capability import Action, Family, Registry
 
 __all__ = ["ShellGrant", "ShellParams", "ShellResult", "confinement_report", "register", "run"]
+
+
+def confinement_report() -> dict[str, str]:
+    """Which confinement layers this machine gives `shell.run` children, probed once (the
+    probe's module is imported on the first ask: `planloom tools`, audits; not by a
+    command that only builds the registry, as `planloom validate` does).
+
+    Each entry is "active ..." or "unavailable: <reason>".
+    """
+    from capabilities.shell._probe import confinement_report as probed
+
+    return probed()
 
 
 def _facts(grant: ShellGrant) -> str:

@@ -7,7 +7,6 @@ set up or to execute, a non-zero exit or a cut output (with `check`) fail the st
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import functools
 import signal
@@ -124,6 +123,10 @@ async def _guard_protected(
     cancelled, which goes on. A root too large or too deep for the walk to see entirely is
     refused before anything starts (fail closed), and so is a call after which it became so.
     """
+    # asyncio is imported where it is used: `planloom validate` imports this module
+    # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+    import asyncio
+
     watch = Watch(root, allowed)
     try:
         before = await asyncio.to_thread(watch.start)

@@ -23,13 +23,12 @@ makes it again, `by: --redo`; `--skip STEP` ends it failed without making it, `b
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import hashlib
 import json
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel
 
@@ -38,8 +37,10 @@ from engine.approval.prompt import ENDED, Menu, NoAnswer, ask, read_line
 from engine.approval.questions import Question, parse_answer
 from engine.errors import ApprovalDenied, ReplayMismatch, StepFailed
 from engine.limits import loads_json
-from engine.results import Decision
 from engine.sanitize import neutralize, sanitize_for_llm
+
+if TYPE_CHECKING:
+    from engine.results import Decision
 
 __all__ = [
     "REDO",
@@ -94,6 +95,8 @@ class GateRequest(BaseModel):
         skip: bool = False,
     ) -> Decision:
         """The decision on this call, bound to its exact params (`params_hash`)."""
+        from engine.results import Decision  # the run's results: not what validation needs
+
         return Decision(
             step_id=self.step_id,
             action=self.action,
@@ -334,6 +337,10 @@ class Gatekeeper:
         redact: Callable[[Any], Any] | None = None,
         on_quit: Callable[[], None] | None = None,
     ) -> None:
+        # asyncio is imported where it is used: `planloom validate` imports this module
+        # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+        import asyncio
+
         self.approver = approver
         self.redact = redact
         self.on_quit = on_quit

@@ -10,7 +10,6 @@ question unanswered).
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import sys
 import threading
@@ -117,6 +116,10 @@ async def read_line(prompt: str) -> str | None:
     A daemon thread rather than the default executor: if the run is cancelled while the
     person has not answered, the blocked read must not keep the interpreter from exiting.
     """
+    # asyncio is imported where it is used: `planloom validate` imports this module
+    # without running it, and asyncio (with ssl, which loads OpenSSL) is much of its start-up.
+    import asyncio
+
     loop = asyncio.get_running_loop()
     answer: asyncio.Future[str | None] = loop.create_future()
 
