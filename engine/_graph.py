@@ -35,8 +35,18 @@ def step_parsed(step: Step) -> Parsed:
     cache = _cache(step)
     parsed: Parsed | None = cache.get("_parsed")
     if parsed is None:
-        parsed = cache["_parsed"] = tuple((path, src, _parsed(src)) for path, src in _scan(step))
+        parsed = cache["_parsed"] = tuple(
+            (_shared_path(path), src, _parsed(src)) for path, src in _scan(step)
+        )
     return parsed
+
+
+def _shared_path(path: tuple[str | int, ...]) -> tuple[str | int, ...]:
+    """Steps of one shape have their templates at the same paths: one tuple for all."""
+    return _PATHS.setdefault(path, path) if len(_PATHS) < 4096 else path
+
+
+_PATHS: dict[tuple[str | int, ...], tuple[str | int, ...]] = {}
 
 
 def _parsed(source: str) -> Template | None:

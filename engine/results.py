@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Literal, get_args
+from collections.abc import Mapping
+from typing import Any, Literal, Self, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from engine._support.fields import own_fields_set, shared
 
 __all__ = [
     "KEPT",
@@ -123,17 +126,19 @@ class StepResult(BaseModel):
         _set(result, "__pydantic_private__", None)
         return result
 
+    # `ended` results share one set of set fields (`engine._support.fields`); changing a
+    # result gives it a set of its own first.
     def __setattr__(self, name: str, value: Any) -> None:
-        # `ended` results share one frozen set of set fields (a set each is 216 bytes, 21 MB
-        # at 100,000 steps); setting a field gives the result a set of its own first.
-        fields: Any = self.__pydantic_fields_set__
-        if type(fields) is frozenset:
-            _set(self, "__pydantic_fields_set__", set(fields))
+        own_fields_set(self)
         super().__setattr__(name, value)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        own_fields_set(self)
+        return super().model_copy(update=update, deep=deep)
 
 
 _STEP_DEFAULTS = {name: field.default for name, field in StepResult.model_fields.items()}
-_ENDED_FIELDS = frozenset({"status", "output", "error", "attempts"})
+_ENDED_FIELDS = shared(("status", "output", "error", "attempts"))
 _set = object.__setattr__
 
 

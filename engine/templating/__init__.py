@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import functools
 import re
+import sys
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -278,10 +279,12 @@ def _split_path(expression: str) -> tuple[str, tuple[str | int, ...]]:
     expression = expression.strip()
     head = re.match(r"[A-Za-z_]\w*", expression)
     assert head is not None  # guaranteed by _PATH
+    # Names interned: 100,000 templates reading `steps.X.output` hold one "steps" and one
+    # "output" (and each X is its step's id), not 100,000 of each.
     parts: list[str | int] = []
     for attr, index in _PATH_PART.findall(expression[head.end() :]):
-        parts.append(attr if attr else int(index))
-    return head.group(0), tuple(parts)
+        parts.append(sys.intern(attr) if attr else int(index))
+    return sys.intern(head.group(0)), tuple(parts)
 
 
 @functools.lru_cache(maxsize=4096)

@@ -26,7 +26,7 @@ from engine.diagnostics import (
     render_diagnostics,
 )
 from engine.errors import PlanValidationError
-from engine.model import FallbackAction, Plan, Step
+from engine.model import FallbackAction, Plan, Step, compact
 from engine.validation._actions import Admission, bind_grants, check_action, check_grants
 from engine.validation._budget import recipe_warnings
 from engine.validation._graph import check_cycles, check_depends_on, step_ids
@@ -162,11 +162,14 @@ class _Checker:
                 continue
             for index, raw in enumerate(raw_steps):
                 try:
-                    steps.append(((section, index), Step.model_validate(raw)))
+                    step = Step.model_validate(raw)
                 except ValidationError as exc:
                     report_model_errors(report, exc, raw, (section, index))
                     if (salvaged := _salvage_step(raw, exc)) is not None:
                         partial.append(((section, index), salvaged))
+                    continue
+                compact(step)  # (as it is made: a large plan's peak is its steps)
+                steps.append(((section, index), step))
         if not isinstance(top, Plan):
             return None
         self._semantics(top, data, steps, partial)
