@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Mapping
-from typing import Any, Literal, Self, get_args
+from typing import Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from engine._support.fields import own_fields_set, shared
+from engine._support.fields import MaySharedFields, shared
 
 __all__ = [
     "KEPT",
@@ -81,7 +80,7 @@ class StepUsage(BaseModel):
 NO_USAGE = StepUsage()
 
 
-class StepResult(BaseModel):
+class StepResult(MaySharedFields):  # (`ended` results share theirs)
     """How one step ended."""
 
     status: StepStatus = "pending"
@@ -125,16 +124,6 @@ class StepResult(BaseModel):
         _set(result, "__pydantic_extra__", None)
         _set(result, "__pydantic_private__", None)
         return result
-
-    # `ended` results share one set of set fields (`engine._support.fields`); changing a
-    # result gives it a set of its own first.
-    def __setattr__(self, name: str, value: Any) -> None:
-        own_fields_set(self)
-        super().__setattr__(name, value)
-
-    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
-        own_fields_set(self)
-        return super().model_copy(update=update, deep=deep)
 
 
 _STEP_DEFAULTS = {name: field.default for name, field in StepResult.model_fields.items()}

@@ -9,12 +9,12 @@ change gives itself a set of its own first (`own_fields_set`, called by the mode
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Any, NoReturn
+from collections.abc import Iterable, Mapping
+from typing import Any, NoReturn, Self
 
 from pydantic import BaseModel
 
-__all__ = ["SharedFields", "own_fields_set", "share_fields_set"]
+__all__ = ["MaySharedFields", "SharedFields", "own_fields_set", "share_fields_set", "shared"]
 
 
 class SharedFields(set[str]):
@@ -60,3 +60,15 @@ def shared(names: Iterable[str]) -> SharedFields:
 
 
 _SHARED: dict[frozenset[str], SharedFields] = {}
+
+
+class MaySharedFields(BaseModel):
+    """A model that may share its set of set fields: it takes its own before it changes."""
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        own_fields_set(self)
+        super().__setattr__(name, value)
+
+    def model_copy(self, *, update: Mapping[str, Any] | None = None, deep: bool = False) -> Self:
+        own_fields_set(self)
+        return super().model_copy(update=update, deep=deep)

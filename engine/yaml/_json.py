@@ -21,6 +21,7 @@ from typing import Any
 from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap
 from engine.errors import RecipeSyntaxError
 from engine.limits import MAX_DEPTH, MAX_NODES
+from engine.yaml._nodes import duplicate_key
 
 __all__ = ["parse_json_text"]
 
@@ -54,6 +55,7 @@ def parse_json_text(text: str, file: str = "<recipe>") -> tuple[Any, SourceMap]:
     return data, source
 
 
+_KEPT_FIRST = "remove one of them; planloom keeps the first, most JSON readers the last"
 _DEEP = f"lists and objects nest more than {MAX_DEPTH} levels deep"
 _FLATTEN = "flatten this value: recipes, policies and plans need only a few levels"
 _UNREADABLE = "write a number JSON can hold (no NaN or Infinity), or a very long one as a string"
@@ -229,23 +231,12 @@ class _Scanner:
         first = level.seen.get(key)
         if first is not None:  # the first is kept: this one and its value are not data
             level.key = None
-            self.repeats.append(_repeated(self.file, line, column, key, first))
+            self.repeats.append(duplicate_key(self.file, line, column, key, first, _KEPT_FIRST))
             return
         level.seen[key] = line
         level.key = key
         if level.path is not None and self._keep((*level.path, key)):
             self.keys[(*level.path, key)] = (line, column)
-
-
-def _repeated(file: str, line: int, column: int, key: str, first: int) -> Diagnostic:
-    return Diagnostic(
-        file=file,
-        line=line,
-        column=column,
-        rule="duplicate-key",
-        message=f"duplicate key '{key}' (first defined on line {first})",
-        hint="remove one of them; planloom keeps the first, most JSON readers the last",
-    )
 
 
 class _JsonSource(SourceMap):

@@ -181,14 +181,21 @@ def merge_key(file: str, line: int, column: int) -> Diagnostic:
     )
 
 
-def duplicate_key(file: str, line: int, column: int, key: str, first: int) -> Diagnostic:
+def duplicate_key(
+    file: str,
+    line: int,
+    column: int,
+    key: str,
+    first: int,
+    hint: str = "remove one of them; YAML would silently keep only the last",
+) -> Diagnostic:
     return Diagnostic(
         file=file,
         line=line,
         column=column,
         rule="duplicate-key",
         message=f"duplicate key '{key}' (first defined on line {first})",
-        hint="remove one of them; YAML would silently keep only the last",
+        hint=hint,
     )
 
 
