@@ -65,9 +65,11 @@ CHILD_TIMEOUT = 3600  # seconds; a hung child fails the bench instead of hanging
 # -- in the child: one timed run in a fresh process ------------------------------------------
 
 
-def run_in_child(side: str, size: int, width: int, seed: int) -> dict[str, Any]:
+def run_in_child(
+    side: str, size: int, width: int, seed: int, text_format: str = "yaml"
+) -> dict[str, Any]:
     if side == "planloom":
-        return child_pipeline(size, width, seed, False)
+        return child_pipeline(size, width, seed, False, text_format)
     if side == "planloom_journal":
         return child_journal(size, width, seed)
     return child_floor(size, width, seed)
@@ -104,6 +106,7 @@ def run_child(side: str, size: int, args: argparse.Namespace) -> dict[str, Any]:
             str(here),
             *("--child", str(size), "--side", side),
             *("--width", str(args.width), "--seed", str(args.seed)),
+            *("--format", args.format),
         ]
         given = ""
     try:
@@ -256,6 +259,7 @@ def measure(args: argparse.Namespace) -> dict[str, Any]:
         "width": args.width,
         "max_parallel": args.width,
         "seed": args.seed,
+        "format": args.format,
         "repeat": args.repeat,
         "warm_up_steps": WARM_UP_STEPS,
         "sides": sides,
@@ -274,7 +278,8 @@ def report(f: dict[str, Any]) -> str:
         + (f"LangGraph {f['langgraph']})" if with_langgraph else "LangGraph not run)"),
         f"DAG: bench/overhead.py's shape, width {f['width']} (= planloom's max_parallel), "
         f"seed {f['seed']}; every run a fresh process after a {f['warm_up_steps']}-step "
-        f"warm-up; sides take turns going first; {f['repeat']} runs per side; medians",
+        f"warm-up; sides take turns going first; {f['repeat']} runs per side; medians; "
+        f"planloom's recipe text: {f['format'].upper()}",
         "",
         f"{'steps':>8} {'floor':>7} {'planloom':>9} {'execute':>8} {'LangGraph':>10} "
         f"{'LG/planloom':>12} {'planloom/floor':>15} {'LG/floor':>9}   (µs/step)",
@@ -411,6 +416,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="also run planloom with its run journal (SQLite, as `planloom run` keeps one) "
         "and LangGraph with its in-memory checkpointer",
     )
+    parser.add_argument(
+        "--format",
+        choices=("yaml", "json"),
+        default="yaml",
+        help="planloom's recipe text: YAML (default), or JSON (a plan a program wrote)",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object instead")
     # One timed run of one side in this process: what the parent spawns.
     parser.add_argument("--child", type=int, default=None, help=argparse.SUPPRESS)
@@ -431,7 +442,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child is not None:
-        print(json.dumps(run_in_child(args.side, args.child, args.width, args.seed)))
+        figures = run_in_child(args.side, args.child, args.width, args.seed, args.format)
+        print(json.dumps(figures))
         return 0
     if not args.planloom_only and (problem := langgraph_problem()):
         print(
