@@ -35,6 +35,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Annotated, Any, TypedDict
 
+from _gc_clock import GcClock
+
 if TYPE_CHECKING:
     from langgraph.graph import StateGraph
 
@@ -54,27 +56,6 @@ class Node:
 async def noop(value: Any) -> Any:
     """The tool every node calls: the floor's no-op (overhead.py's `noop`)."""
     return value
-
-
-class GcClock:
-    """Seconds the cyclic garbage collector ran, through `gc.callbacks` (as overhead.py's)."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._started = 0.0
-
-    def __call__(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._started
-
-    def __enter__(self) -> GcClock:
-        gc.callbacks.append(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self)
 
 
 def merge_outputs(left: dict[str, Any], right: dict[str, Any]) -> dict[str, Any]:

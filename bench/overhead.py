@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from _collector import Collector
+from _gc_clock import GcClock
 
 from capabilities import Registry, default_registry
 from engine.app.sqlite_store import open_store
@@ -163,27 +164,6 @@ def make_registry() -> Registry:
         return value
 
     return registry
-
-
-class GcClock:
-    """Seconds the cyclic garbage collector ran, through `gc.callbacks`."""
-
-    def __init__(self) -> None:
-        self.seconds = 0.0
-        self._started = 0.0
-
-    def __call__(self, phase: str, info: dict[str, Any]) -> None:
-        if phase == "start":
-            self._started = time.perf_counter()
-        else:
-            self.seconds += time.perf_counter() - self._started
-
-    def __enter__(self) -> GcClock:
-        gc.callbacks.append(self)
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        gc.callbacks.remove(self)
 
 
 @dataclass

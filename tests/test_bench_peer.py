@@ -88,6 +88,8 @@ def test_planloom_only_reports_planloom_and_its_journal_without_langgraph(tmp_pa
 def langgraph_side() -> ModuleType:
     """bench/_langgraph_side.py, imported (it imports LangGraph only when it runs a graph)."""
     path = ROOT / "bench" / "_langgraph_side.py"
+    if str(path.parent) not in sys.path:  # (as when it runs: its folder is on the path)
+        sys.path.insert(0, str(path.parent))
     spec = importlib.util.spec_from_file_location("bench_langgraph_side", path)
     assert spec is not None
     assert spec.loader is not None
