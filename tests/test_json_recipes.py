@@ -189,3 +189,13 @@ def test_json_and_yaml_texts_of_one_recipe_validate_alike(
         except PlanValidationError as exc:
             outcomes.append(_problems(exc))
     assert outcomes[0] == outcomes[1]
+
+
+@pytest.mark.slow
+def test_more_values_than_the_cap_are_refused() -> None:
+    from engine.limits import MAX_NODES
+
+    text = '{"version": 1, "inputs": [' + "0," * MAX_NODES + "0]}"
+    [(line, _, rule)] = _syntax(text)
+    assert (line, rule) == (1, "json-too-large")
+    parse_json_text('{"version": 1, "inputs": [' + "0," * (MAX_NODES - 3) + "0]}", "r.json")

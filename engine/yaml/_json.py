@@ -222,6 +222,8 @@ class _Scanner:
                 path = None if path is None or step is None else (*path, step)
             if path is not None and self._keep(path):
                 self.values[path] = self._at(token.start())
+                if self.wanted and len(self.values) == len(self.wanted):
+                    return  # every wanted path found: the rest of a large text is not read
             if word in ("{", "["):
                 stack.append(_Level(path, word == "{"))
                 expect_key = word == "{"
