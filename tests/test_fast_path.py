@@ -223,10 +223,22 @@ def _run(text: str, decisions: dict[str, bool], fast: bool, store_path: Path) ->
         entries = [(e.kind, e.scope, _timeless(e.data)) for e in store.journal(RUN_ID)]
     finally:
         store.close()
+    # Steps that run at once interleave as time lets them (a timeout fires by the clock):
+    # each step's own events and entries are compared, in their order; the run's calls are
+    # numbered in the order they were made, so not the numbers.
+    by_step: dict[str | None, list[Any]] = {}
+    for e in events:
+        data = {k: v for k, v in _timeless(e.data).items() if k != "call"}
+        by_step.setdefault(e.step_id, []).append((e.kind, e.attempt, data))
+    by_scope: dict[str | None, list[Any]] = {}
+    for kind, scope, data in entries:
+        by_scope.setdefault(scope, []).append((kind, data))
+    dumped = _timeless(result.model_dump(mode="json"))
+    dumped["approvals"].sort(key=lambda decision: (decision["step_id"], decision["action"]))
     return {
-        "result": _timeless(result.model_dump(mode="json")),
-        "events": [(e.kind, e.step_id, e.attempt, _timeless(e.data)) for e in events],
-        "journal": entries,
+        "result": dumped,
+        "events": by_step,
+        "journal": by_scope,
     }
 
 
