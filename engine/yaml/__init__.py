@@ -11,6 +11,9 @@ A file that does not load is one located error like any other: a byte that is no
 at its own line and column, a YAML syntax error where the parser stopped. Its diagnostic
 keeps the text of its line, so it is shown with a caret even where no `SourceMap` of the
 file reaches the renderer.
+
+A file named `*.json` is read by the JSON parser instead (`parse_json_text`, with the same
+guarantees).
 """
 
 from __future__ import annotations
@@ -50,7 +53,12 @@ def read_recipe(path: str | Path) -> tuple[Any, SourceMap]:
             name, "unreadable", f"cannot read recipe: {exc.strerror or exc}"
         ) from exc
     if len(raw) > MAX_RECIPE_BYTES:
-        raise syntax_error(name, "too-large", f"recipe is larger than {MAX_RECIPE_BYTES} bytes")
+        raise syntax_error(
+            name,
+            "too-large",
+            f"recipe is larger than {MAX_RECIPE_BYTES} bytes",
+            "split it into smaller recipes (100,000 short steps take about 13 MB)",
+        )
     if name.lower().endswith(".json"):  # the same schema, read by the JSON parser
         return parse_json_text(decode_text(raw, name), name)
     return parse_recipe_text(decode_text(raw, name), name)
