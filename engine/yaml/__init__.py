@@ -13,7 +13,8 @@ keeps the text of its line, so it is shown with a caret even where no `SourceMap
 file reaches the renderer.
 
 A file named `*.json` is read by the JSON parser instead (`parse_json_text`, with the same
-guarantees).
+guarantees), and a recipe a program holds as data is read as JSON data and shown as YAML
+(`read_recipe_data`: a planner's plan, a journaled or recorded one).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from ruamel.yaml.reader import ReaderError
 from engine._support.gc import collector_paused
 from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap, split_lines
 from engine.errors import RecipeSyntaxError
+from engine.yaml._data import read_recipe_data
 from engine.yaml._json import parse_json_text
 from engine.yaml._loader import Loader
 from engine.yaml._nodes import LimitExceeded
@@ -38,6 +40,7 @@ __all__ = [
     "parse_json_text",
     "parse_recipe_text",
     "read_recipe",
+    "read_recipe_data",
 ]
 
 
