@@ -5,6 +5,9 @@ and validation's problems located in the JSON text."""
 from __future__ import annotations
 
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -67,6 +70,18 @@ def test_a_json_recipe_runs_as_its_yaml_twin(tmp_path: Path) -> None:
     assert runs[0] == runs[1]
     assert runs[0]["status"] == "succeeded"
     assert (tmp_path / "r-json" / "out" / "count.txt").read_text() == "2 entries"
+
+
+def test_the_readmes_json_recipe_example_writes_a_recipe_that_runs(tmp_path: Path) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text(encoding="utf-8")
+    block = re.search(r"### JSON recipes.*?```python\n(.*?)```", readme, re.S)
+    assert block, "the README's JSON recipes example is missing"
+    subprocess.run([sys.executable, "-c", block.group(1)], cwd=tmp_path, check=True)
+    done = planloom("run", "plan.json", "--yes", "--json", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["status"] == "succeeded"
+    written = (tmp_path / "out" / "n.txt").read_text()
+    assert re.fullmatch(r"[1-9][0-9]* entries", written), written  # (plan.json at least)
 
 
 def test_validation_problems_are_located_in_the_json_text(tmp_path: Path) -> None:
