@@ -100,6 +100,24 @@ def test_validation_problems_are_located_in_the_json_text(tmp_path: Path) -> Non
     assert "did you mean 'fs.read'?" in done.stderr
 
 
+def test_a_problem_far_along_one_long_line_is_located_at_its_column() -> None:
+    """A 20,000-step recipe on one line (over a million characters: searched for the
+    paths asked for only): the unknown tool of the last step, at its own column."""
+    steps = [
+        {"id": f"s{n}", "tool": "fs.list", "params": {"path": "d\\/\u00e9"}} for n in range(20_000)
+    ]
+    steps[-1]["tool"] = "fs.lst"
+    recipe = {"version": 1, "name": "x", "capabilities": {"fs": {"root": "."}}, "steps": steps}
+    text = json.dumps(recipe, ensure_ascii=False).replace("\\\\/", "\\/")
+    assert len(text) > 1_000_000
+    assert "\n" not in text
+    data, source = parse_json_text(text, "r.json")
+    with pytest.raises(PlanValidationError) as caught:
+        validate_plan(data, source, default_registry(), base_dir=Path("."))
+    [(line, column, rule)] = _problems(caught.value)
+    assert (line, column, rule) == (1, text.index('"fs.lst"') + 1, "unknown-tool")
+
+
 @pytest.mark.parametrize(
     ("text", "where"),
     [
