@@ -29,7 +29,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from engine.diagnostics import Diagnostic
+    from engine.diagnostics import Diagnostic, SourceMap
 
 __all__ = [
     "ApprovalDenied",
@@ -76,7 +76,15 @@ class PlanValidationError(PlanError):
 
 
 class RecipeSyntaxError(PlanValidationError):
-    """The file could not be read as a YAML recipe (syntax, encoding, binary, duplicates)."""
+    """The file could not be read as a YAML recipe (syntax, encoding, binary, duplicates),
+    or a JSON one, or recipe data held a value JSON cannot hold.
+
+    Attributes:
+        source: for recipe data (`engine.yaml.read_recipe_data`), the map of the YAML it
+            is shown as, which the diagnostics' lines are in; else `None`.
+    """
+
+    source: SourceMap | None = None
 
 
 class ConfigurationError(PlanloomError):

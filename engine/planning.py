@@ -19,7 +19,8 @@ class PlanOutcome:
 
     Attributes:
         plan: the validated plan (maybe the ReAct fallback).
-        text: the plan as a YAML recipe (what `-o` saves; `planloom run` accepts it).
+        shown: the plan as a YAML recipe, or what writes it when it is first wanted
+            (`text`): a plan nobody shows, saves or reviews is never written out.
         repairs: how many times the model was asked to fix its plan.
         fell_back: whether the planner gave up and returned one ReAct agent step.
         problems: the diagnostics of every rejected attempt, in order.
@@ -28,11 +29,18 @@ class PlanOutcome:
     """
 
     plan: Plan
-    text: str
+    shown: str | Callable[[], str] = field(repr=False)
     repairs: int = 0
     fell_back: bool = False
     problems: list[list[Diagnostic]] = field(default_factory=list)
     early: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def text(self) -> str:
+        """The plan as a YAML recipe (what `-o` saves; `planloom run` accepts it)."""
+        if not isinstance(self.shown, str):
+            self.shown = self.shown()
+        return self.shown
 
 
 class Planner(Protocol):

@@ -3,10 +3,12 @@
 The model answers with JSON in recipe shape (`{"goal", "steps": [...]}`), through structured
 output where the endpoint supports it, asked for by the schema of a plan for the grant
 (`planners._plan_schema`: a server compiling it into a grammar cannot write a tool that is
-not granted). The answer is written out as a YAML recipe and goes
-through exactly the validation a hand-written recipe does; the problems go back to the
-model as the JSON error list, up to `MAX_REPAIRS` times. A plan still invalid after that
-falls back to a single ReAct agent step with the granted tools.
+not granted). The answer, inside the recipe it plans for, is read as a JSON recipe's data
+is (`engine.yaml.read_recipe_data`: not written as YAML and parsed back) and goes through
+exactly the validation a hand-written recipe does; its problems are located in the plan's
+YAML, which is written only when a problem, a person or `-o` wants it. The problems go
+back to the model as the JSON error list, up to `MAX_REPAIRS` times. A plan still invalid
+after that falls back to a single ReAct agent step with the granted tools.
 """
 
 from __future__ import annotations
@@ -20,18 +22,18 @@ from typing import Any
 from ruamel.yaml import YAML
 
 from engine.capability import Registry
-from engine.diagnostics import Diagnostic
-from engine.errors import PlanValidationError, StepFailed
+from engine.diagnostics import Diagnostic, SourceMap
+from engine.errors import PlanValidationError, RecipeSyntaxError, StepFailed
 from engine.llm import LLMClient, NoJSON, PromptTooLong, streaming_to
 from engine.model import Plan, Step
 from engine.model_schema import for_model
 from engine.planning import PlanOutcome
 from engine.validation import validate_plan
+from engine.yaml import read_recipe_data
 from planners._goal_checks import plan_problems
 from planners._plan_schema import plan_schema
 from planners._prompt import example, problem_lines, system_prompt
 from planners._streamed import StreamedSteps
-from planners.recipe import parse_recipe_text
 
 __all__ = ["MAX_REPAIRS", "LLMPlanner", "PlanOutcome", "model_written", "plan_to_yaml"]
 
@@ -108,9 +110,9 @@ class LLMPlanner:
 
         def partial(steps: list[Any]) -> Plan | None:
             """The plan of a streaming answer's steps so far, if it is valid."""
-            text = plan_to_yaml(_recipe({"steps": steps}, goal, base, keep or []))
+            recipe = _recipe({"steps": steps}, goal, base, keep or [])
             try:
-                data, source = parse_recipe_text(text, file)
+                data, source = read_recipe_data(recipe, file, plan_to_yaml)
                 plan = validate_plan(data, source, self.registry, base_dir=base_dir, planned=True)
             except PlanValidationError:
                 return None
@@ -143,7 +145,7 @@ class LLMPlanner:
         # model's context fills, and it copies what it is shown).
         repair: list[dict[str, Any]] = []
         for attempt in range(MAX_REPAIRS + 1):
-            text: str | None = None
+            source: SourceMap | None = None
             try:
                 answer = await ask(repair)
             except NoJSON as exc:  # an answer with no (usable) JSON is a problem to repair too
@@ -151,19 +153,22 @@ class LLMPlanner:
             else:
                 diagnostics = []
             if answer is not None:
-                text = plan_to_yaml(_recipe(answer, goal, base, keep or []))
+                recipe = _recipe(answer, goal, base, keep or [])
                 try:
-                    data, source = parse_recipe_text(text, file)
+                    data, source = read_recipe_data(recipe, file, plan_to_yaml)
                     plan = validate_plan(
                         data, source, self.registry, base_dir=base_dir, planned=True
                     )
+                except RecipeSyntaxError as exc:  # a value JSON cannot hold, too deep...
+                    diagnostics, source = exc.diagnostics, exc.source
                 except PlanValidationError as exc:
                     diagnostics = exc.diagnostics
                 else:
                     diagnostics = plan_problems(goal, plan, file, roots=roots, example=shown)
                     if not diagnostics:
-                        return PlanOutcome(plan, text, repairs=attempt, problems=problems)
+                        return PlanOutcome(plan, _text(source), repairs=attempt, problems=problems)
             problems.append(diagnostics)
+            text = source.text if source is not None else None
             repair = [
                 {"role": "assistant", "content": json.dumps(answer, default=repr)},
                 {"role": "user", "content": _repair_request(diagnostics, text, granted)},
@@ -192,12 +197,12 @@ class LLMPlanner:
             )
         # An agent that only talks has not carried the goal out: it must use a tool.
         agent = {"goal": goal, "tools": names, "max_iterations": 10, "min_tool_calls": 1}
-        text = plan_to_yaml(
-            _recipe({"goal": goal, "steps": [{"id": "goal", "agent": agent}]}, goal, base)
-        )
-        data, source = parse_recipe_text(text, file)
+        recipe = _recipe({"goal": goal, "steps": [{"id": "goal", "agent": agent}]}, goal, base)
+        data, source = read_recipe_data(recipe, file, plan_to_yaml)
         plan = validate_plan(data, source, self.registry, base_dir=base_dir, planned=True)
-        return PlanOutcome(plan, text, repairs=MAX_REPAIRS, fell_back=True, problems=problems)
+        return PlanOutcome(
+            plan, _text(source), repairs=MAX_REPAIRS, fell_back=True, problems=problems
+        )
 
 
 def _recipe(
@@ -248,6 +253,11 @@ def plan_to_yaml(recipe: dict[str, Any]) -> str:
     buffer = io.StringIO()
     yaml.dump(json.loads(json.dumps(recipe, default=repr)), buffer)
     return buffer.getvalue()
+
+
+def _text(source: SourceMap) -> Callable[[], str]:
+    """What writes the plan's YAML when it is first wanted: its map's text."""
+    return lambda: source.text or ""
 
 
 def _repair_request(diagnostics: list[Diagnostic], text: str | None, granted: list[str]) -> str:

@@ -1,5 +1,5 @@
-"""Load YAML recipes into a validated `Plan`: read with locations (`engine.yaml`), then
-validated against the capability registry."""
+"""Load recipes (YAML, or JSON for a `*.json` file) into a validated `Plan`: read with
+locations (`engine.yaml`), then validated against the capability registry."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ def load_recipe(path: str | Path, registry: Registry) -> tuple[Plan, SourceMap]:
     """Read, parse and validate a recipe file.
 
     Raises:
-        RecipeSyntaxError: the file is unreadable, binary, not YAML, or has duplicate keys.
+        RecipeSyntaxError: the file is unreadable, binary, not YAML (not JSON, for a
+            `*.json` file), or passes a cap of `engine.limits`.
         PlanValidationError: the recipe has problems; every one of them is listed.
     """
     data, source = read_recipe(path)

@@ -9,8 +9,8 @@ from engine.errors import ConfigurationError
 from engine.model import Plan
 from engine.recording import Cassette
 from engine.validation import validate_plan
+from engine.yaml import read_recipe_data
 from planners.llm import plan_to_yaml
-from planners.recipe import parse_recipe_text
 
 __all__ = ["plan_from_cassette"]
 
@@ -20,7 +20,8 @@ def plan_from_cassette(
 ) -> Plan:
     """The recorded plan, checked against every validation rule.
 
-    Problems are located in the plan's YAML text (as `CASSETTE#plan:LINE:COL`).
+    Problems are located in the plan's YAML text (as `CASSETTE#plan:LINE:COL`), which is
+    written only if there is one.
 
     Raises:
         ConfigurationError: the cassette holds no plan.
@@ -31,5 +32,5 @@ def plan_from_cassette(
             f"cassette {name}: it holds no plan (the recorded run was rejected or never "
             "planned); record it again with --record"
         )
-    data, source = parse_recipe_text(plan_to_yaml(cassette.plan), f"{name}#plan")
+    data, source = read_recipe_data(cassette.plan, f"{name}#plan", plan_to_yaml)
     return validate_plan(data, source, registry, base_dir=base_dir)

@@ -1,4 +1,4 @@
-"""The benchmarks `bench/scale.py` and `bench/makespan.py` still run and check their runs.
+"""The benchmarks `bench/scale.py`, `bench/makespan.py` and `bench/json_recipes.py` still run.
 
 Each bench runs at a tiny size in a subprocess, from the repository root as documented,
 with `--json`; nothing here is timed. Each bench checks its own runs (every step succeeded
@@ -172,3 +172,16 @@ def test_dask_bench_runs_both_sides_and_reports_speedup_and_dispatch() -> None:
     assert 1 <= figures["worker_processes_used"] <= 2
     for key in ("speedup", "noop_local_us_per_call", "noop_dask_us_per_call"):
         assert figures[key] > 0
+
+
+def test_json_recipes_reports_both_readers_and_the_data_path() -> None:
+    figures = run_bench("json_recipes.py", "--sizes", "300", "--data-sizes", "20", "--repeat", "2")
+    [texts] = figures["texts"]
+    assert texts["steps"] == 300
+    assert set(texts["runs"]) == {"yaml", "json"}
+    assert all(len(runs) == 2 for runs in texts["runs"].values())
+    assert len(texts["ratios"]) == 2
+    assert 0 < texts["bytes"]["yaml"] < texts["bytes"]["json"] * 2
+    [data] = figures["data"]
+    assert set(data["runs"]) == {"yaml round trip", "data", "data, then shown"}
+    assert all(value > 0 for value in data["us_per_step"].values())

@@ -328,6 +328,23 @@ def test_inputs_complete_as_key_equals_then_their_values(folder: Path) -> None:
     ]
 
 
+def test_a_json_recipe_completes_as_a_recipe_with_its_inputs(folder: Path) -> None:
+    recipe = {
+        "version": 1,
+        "name": "notes",
+        "inputs": {"mode": {"type": "string", "enum": ["fast", "slow"]}, "n": {"enum": [1, 2]}},
+        "steps": [{"id": "look", "tool": "fs.list", "params": {"path": "."}}],
+    }
+    _write(folder, "notes.json", json.dumps(recipe, indent="\t"))
+    _write(folder, "data.csv", "")
+    assert complete("planloom validate no", folder) == ["notes.json", "notes.yaml"]
+    assert complete("planloom run notes.yaml --policy no", folder) == ["notes.json", "notes.yaml"]
+    assert complete("planloom run notes.yaml --record no", folder) == ["notes.yaml"]  # YAML only
+    assert complete("planloom run notes.json -i ", folder) == ["mode=", "n="]
+    assert complete("planloom run notes.json -i mode=", folder) == ["mode=fast", "mode=slow"]
+    assert complete("planloom run notes.json -i n=", folder) == ["n=1", "n=2"]  # as written
+
+
 def test_run_ids_complete_from_this_folders_store(folder: Path) -> None:
     assert complete("planloom show ", folder) == []  # no store here yet
     failed = _failed_run(folder)

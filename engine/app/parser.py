@@ -100,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _run(sub: Subparsers) -> None:
     run = sub.add_parser("run", help="validate and run a recipe")
-    run.add_argument("recipe", help="the recipe (YAML) to validate and run")
+    run.add_argument("recipe", help="the recipe (YAML; JSON if named *.json) to validate and run")
     run_flags(run, yes="approve every confirmation gate", no="deny every confirmation gate")
 
 
@@ -199,13 +199,13 @@ def _report(sub: Subparsers) -> None:
 
 def _validate(sub: Subparsers) -> None:
     validate = sub.add_parser("validate", help="check a recipe without running it")
-    validate.add_argument("recipe", help="the recipe (YAML) to check")
+    validate.add_argument("recipe", help="the recipe (YAML; JSON if named *.json) to check")
     validate.add_argument("--json", action="store_true", help="problems as a JSON list")
 
 
 def _graph(sub: Subparsers) -> None:
     graph = sub.add_parser("graph", help="draw a recipe's dependency graph")
-    graph.add_argument("recipe", help="the recipe (YAML) whose steps to draw")
+    graph.add_argument("recipe", help="the recipe (YAML; JSON if named *.json) whose steps to draw")
     graph.add_argument(
         "--format",
         choices=["mermaid", "dot", "ascii"],

@@ -11,6 +11,10 @@ A file that does not load is one located error like any other: a byte that is no
 at its own line and column, a YAML syntax error where the parser stopped. Its diagnostic
 keeps the text of its line, so it is shown with a caret even where no `SourceMap` of the
 file reaches the renderer.
+
+A file named `*.json` is read by the JSON parser instead (`parse_json_text`, with the same
+guarantees), and a recipe a program holds as data is read as JSON data and shown as YAML
+(`read_recipe_data`: a planner's plan, a journaled or recorded one).
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from ruamel.yaml.reader import ReaderError
 from engine._support.gc import collector_paused
 from engine.diagnostics import Diagnostic, NodePath, Positions, SourceMap, split_lines
 from engine.errors import RecipeSyntaxError
+from engine.yaml._data import read_recipe_data
 from engine.yaml._json import parse_json_text
 from engine.yaml._loader import Loader
 from engine.yaml._nodes import LimitExceeded
@@ -35,6 +40,7 @@ __all__ = [
     "parse_json_text",
     "parse_recipe_text",
     "read_recipe",
+    "read_recipe_data",
 ]
 
 
@@ -50,7 +56,12 @@ def read_recipe(path: str | Path) -> tuple[Any, SourceMap]:
             name, "unreadable", f"cannot read recipe: {exc.strerror or exc}"
         ) from exc
     if len(raw) > MAX_RECIPE_BYTES:
-        raise syntax_error(name, "too-large", f"recipe is larger than {MAX_RECIPE_BYTES} bytes")
+        raise syntax_error(
+            name,
+            "too-large",
+            f"recipe is larger than {MAX_RECIPE_BYTES} bytes",
+            "split it into smaller recipes (100,000 short steps take about 13 MB)",
+        )
     if name.lower().endswith(".json"):  # the same schema, read by the JSON parser
         return parse_json_text(decode_text(raw, name), name)
     return parse_recipe_text(decode_text(raw, name), name)

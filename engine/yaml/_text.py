@@ -33,7 +33,13 @@ def decode_text(raw: bytes, file: str) -> str:
     if b"\x00" in raw:
         if _wide_without_bom(raw):
             raise RecipeSyntaxError([_wide(raw, file)])
-        raise syntax_error(file, "binary-file", "this is a binary file, not a YAML recipe")
+        kind = "JSON" if file.lower().endswith(".json") else "YAML"
+        raise syntax_error(
+            file,
+            "binary-file",
+            f"this is a binary file, not a {kind} recipe",
+            "name the recipe's text file: YAML, or JSON in a file named *.json",
+        )
     body = raw[len(codecs.BOM_UTF8) :] if raw.startswith(codecs.BOM_UTF8) else raw
     try:
         return body.decode("utf-8")
@@ -90,5 +96,6 @@ def _bad_byte(body: bytes, start: int, file: str) -> Diagnostic:
     ).with_source_line(before[-1][:-1] + split_lines(rest)[0])
 
 
-def syntax_error(file: str, rule: str, message: str) -> RecipeSyntaxError:
-    return RecipeSyntaxError([Diagnostic(file=file, line=1, column=1, rule=rule, message=message)])
+def syntax_error(file: str, rule: str, message: str, hint: str | None = None) -> RecipeSyntaxError:
+    diagnostic = Diagnostic(file=file, line=1, column=1, rule=rule, message=message, hint=hint)
+    return RecipeSyntaxError([diagnostic])

@@ -32,7 +32,7 @@ from engine.redaction import REDACTED, Secrets
 from engine.sanitize import neutralize
 from engine.store import RunRecord
 from engine.validation import validate_plan
-from engine.yaml import parse_recipe_text
+from engine.yaml import read_recipe_data
 from planners.llm import model_written, plan_to_yaml
 
 
@@ -166,7 +166,7 @@ def _plan(
             },
         }
         try:
-            data, source = parse_recipe_text(plan_to_yaml(journaled), "journal#plan")
+            data, source = read_recipe_data(journaled, "journal#plan", plan_to_yaml)
             return validate_plan(data, source, registry, base_dir=base_dir)
         except PlanValidationError as exc:
             problems = "; ".join(d.message for d in exc.diagnostics[:5])

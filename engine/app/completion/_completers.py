@@ -26,6 +26,7 @@ Completer = Callable[..., Iterable[str] | Mapping[str, str]]
 before it), `action` and `parser`; the candidates, or a mapping of them to descriptions."""
 
 _YAML = (".yaml", ".yml")
+_READ = (*_YAML, ".json")  # a recipe, policy or capabilities file: YAML, or JSON
 
 
 def attach(parser: argparse.ArgumentParser) -> None:
@@ -86,6 +87,10 @@ def _yaml(prefix: str, **_: Any) -> list[str]:
     return paths(prefix, _YAML)
 
 
+def _recipes(prefix: str, **_: Any) -> list[str]:
+    return paths(prefix, _READ)
+
+
 def _python(prefix: str, **_: Any) -> list[str]:
     return paths(prefix, (".py",))
 
@@ -140,12 +145,12 @@ def _executors(**_: Any) -> dict[str, str]:
 
 
 _BY_DEST: dict[str, Completer] = {
-    "recipe": _yaml,
+    "recipe": _recipes,
     "cassette": _yaml,
     "record": _yaml,
     "replay": _yaml,
-    "capabilities": _yaml,
-    "policy": _yaml,
+    "capabilities": _recipes,
+    "policy": _recipes,
     "log_file": _any_file,
     "store": _any_file,
     "plugin": _python,

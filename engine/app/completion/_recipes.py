@@ -3,12 +3,14 @@
 The recipe is read as YAML events by ruamel's parser alone, not loaded and validated (that
 would import the plan's models, ~150 ms a TAB): the events become plain data with every
 scalar as the text written, and an alias as nothing, so no anchor is expanded and the work
-is bounded by the file's size, itself bounded. A file that does not parse completes
-nothing; a step or input that does not look like one is left out.
+is bounded by the file's size, itself bounded. A `*.json` recipe is read by the JSON
+parser, numbers kept as written. A file that does not parse completes nothing; a step or
+input that does not look like one is left out.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -62,13 +64,18 @@ def read_recipe(path: Path) -> Recipe:
 
     Raises:
         OSError: it cannot be read.
-        ValueError: it is too large, not UTF-8 (a `UnicodeDecodeError`), or not YAML.
+        ValueError: it is too large, not UTF-8 (a `UnicodeDecodeError`), or not YAML (not
+            JSON, for a `*.json` file).
+        RecursionError: a JSON recipe nests too deep for the JSON parser.
     """
     with open(path, "rb") as handle:
         raw = handle.read(MAX_BYTES + 1)
     if len(raw) > MAX_BYTES:
         raise ValueError(f"{path} is larger than {MAX_BYTES} bytes")
-    return Recipe.of(_plain(raw.decode("utf-8-sig")))
+    text = raw.decode("utf-8-sig")
+    if path.name.lower().endswith(".json"):  # as `engine.yaml.read_recipe` reads it
+        return Recipe.of(json.loads(text, parse_int=str, parse_float=str, parse_constant=str))
+    return Recipe.of(_plain(text))
 
 
 def _plain(text: str) -> Any:
