@@ -103,15 +103,6 @@ LONGEST_FIRST = (
 )
 
 
-def pytest_xdist_auto_num_workers(config: pytest.Config) -> int:
-    """Workers for `-n auto`: half again as many as the cores this process may use. Most
-    of a test's time is other processes (planloom, servers, a model) or waiting on them: with
-    one worker per core the 2-core CI machine stood idle a quarter of the time (150% CPU of
-    200%), and three workers ended the suite in 435 s instead of 484."""
-    cores = len(os.sched_getaffinity(0))
-    return max(2, cores + cores // 2)
-
-
 def pytest_configure(config: pytest.Config) -> None:
     # xdist would otherwise order files by how many tests they have, not by this order.
     if hasattr(config.option, "loadscopereorder"):
