@@ -83,23 +83,25 @@ def registry() -> Registry:
 
 # Files that take longest, measured (`--durations=0`, 2 workers, 2026-11-29: seconds of
 # test time per file in brackets): with `--dist loadfile` a file is one worker's, and a long
-# file started last is a tail the other workers wait out (the real-model tests had started
+# file started last is a tail the other worker waits out (the real-model tests had started
 # last, alone: minutes of a model server's CPU at the end). Started first, they run beside
-# the rest. A name not found here costs nothing.
+# the rest. While the model server keeps one core busy the other worker should keep the
+# other busy: the files that compute come next, then those that mostly wait (timeouts,
+# kills, servers starting). A name not found here costs nothing.
 LONGEST_FIRST = (
-    "test_realmodel.py",  # [215]
-    "test_durable_crash.py",  # [54]
+    "test_realmodel.py",  # [215] a model server's core
+    "test_fast_path.py",  # [52] computing from here
+    "test_fuzz_hostile_inputs.py",  # [18]
+    "test_template_bombs.py",  # [15]
+    "test_fast_path_edges.py",  # [15]
+    "test_fuzz_templates.py",  # [14]
+    "test_durable_crash.py",  # [54] mostly waiting from here
     "test_dask.py",  # [54]
-    "test_fast_path.py",  # [52]
     "test_plan_stream.py",  # [31]
     "test_mcp_interrupts.py",  # [24]
     "test_mcp.py",  # [20]
     "test_tracing_attacks.py",  # [19]
-    "test_fuzz_hostile_inputs.py",  # [18]
-    "test_template_bombs.py",  # [15]
     "test_mcp_attacks.py",  # [15]
-    "test_fast_path_edges.py",  # [15]
-    "test_fuzz_templates.py",  # [14]
 )
 
 
