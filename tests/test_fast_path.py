@@ -31,7 +31,7 @@ from engine.executor._fast import fast_call
 from engine.journal import Journal
 from engine.sandbox import LiveResults
 from engine.store import RunRecord
-from engine.testing import ScriptedApprover, instant_sleep
+from engine.testing import FakeClock, ScriptedApprover, instant_sleep
 from engine.validation import validate_plan
 from planners.recipe import parse_recipe_text
 
@@ -218,7 +218,10 @@ def _run(text: str, decisions: dict[str, bool], fast: bool, store_path: Path) ->
             ),
         )
         journal.watch(executor)
-        result = asyncio.run(executor.run())
+        # Virtual time: a step's timeout fires only when every other step waits, so which
+        # steps have started when it stops the run is the plan's, not the machine's load
+        # (real time let a 10 ms timeout stop a loaded run at a different point each time).
+        result = FakeClock().run(executor.run())
         journal.finish(result)
         entries = [(e.kind, e.scope, _timeless(e.data)) for e in store.journal(RUN_ID)]
     finally:
