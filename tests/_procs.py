@@ -221,25 +221,19 @@ def peaked(
     launcher = Path(__file__).with_name("_peak.py")
     with tempfile.TemporaryDirectory() as folder:
         report = Path(folder) / "peak.json"
-        with (Path(folder) / "out").open("w+b") as out, (Path(folder) / "err").open("w+b") as err:
-            subprocess.run(
-                [sys.executable, launcher, report, str(address_space), str(timeout), "--", *argv],
-                cwd=cwd,
-                env=environ,
-                stdin=subprocess.DEVNULL,
-                stdout=out,
-                stderr=err,
-                check=True,
-            )
-            out.seek(0)
-            err.seek(0)
-            stdout = out.read().decode(errors="replace")
-            stderr = err.read().decode(errors="replace")
+        proc = subprocess.run(
+            [sys.executable, launcher, report, str(address_space), str(timeout), "--", *argv],
+            cwd=cwd,
+            env=environ,
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            check=True,
+        )
         figures = json.loads(report.read_text(encoding="utf-8"))
     return Peaked(
         figures["returncode"],
-        stdout,
-        stderr,
+        proc.stdout.decode(errors="replace"),
+        proc.stderr.decode(errors="replace"),
         figures["peak_kib"] / 1024,
         figures["seconds"],
         figures["timed_out"],
