@@ -103,7 +103,8 @@ def test_a_for_each_item_in_flight_at_a_kill_is_not_made_again_by_yes(tmp_path: 
             case $1 in
               A) if [ ! -e a.once ]; then touch a.once; exit 3; fi; echo A >> ledger.txt ;;
               B) sleep 4; echo B >> ledger.txt ;;
-              C) echo C >> ledger.txt; if [ ! -e c.once ]; then touch c.once; sleep MARK; fi ;;
+              C) [ -e c.once ] || { touch c.once; first=1; }
+                 echo C >> ledger.txt; [ -z "$first" ] || sleep MARK ;;
             esac
             """,
         )
@@ -139,6 +140,16 @@ def test_a_for_each_item_in_flight_at_a_kill_is_not_made_again_by_yes(tmp_path: 
         )
 
 
+DEPLOY = """\
+test -e once || { touch once; first=1; }
+echo deploy >> ledger.txt
+test -z "$first" || sleep MARK
+"""
+"""`deploy.sh`: the side effect, then (the first time only) a wait for the kill. The first time
+is marked before the line is written: the kill comes once the line is on the ledger, and a kill
+between the line and the mark would make the next call wait too."""
+
+
 @pytest.mark.slow
 def test_a_call_in_doubt_that_is_denied_does_not_start_the_fallback(tmp_path: Path) -> None:
     """`deploy` was in flight at the kill (its line is in the ledger). Its fallback makes
@@ -147,7 +158,7 @@ def test_a_call_in_doubt_that_is_denied_does_not_start_the_fallback(tmp_path: Pa
     with lab(tmp_path) as it:
         it.write(
             "deploy.sh",
-            "echo deploy >> ledger.txt; test -e once || { touch once; sleep MARK; }\n",
+            DEPLOY,
         )
         it.recipe(
             """\
@@ -193,7 +204,7 @@ def test_a_fallback_call_in_flight_stays_in_doubt_when_the_read_only_primary_fai
     with lab(tmp_path) as it:
         it.write(
             "deploy.sh",
-            "echo deploy >> ledger.txt; test -e once || { touch once; sleep MARK; }\n",
+            DEPLOY,
         )
         it.recipe(
             f"""\

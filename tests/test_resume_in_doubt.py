@@ -22,8 +22,13 @@ from _durable_attacks import Lab, lab
 
 pytestmark = pytest.mark.slow
 
-WRITE = 'echo "$1" >> ledger.txt; test -e "$1.once" || { touch "$1.once"; sleep MARK; }\n'
-"""`w.sh NAME`: the side effect, then (the first time only) a wait for the kill."""
+WRITE = (
+    'if test -e "$1.once"; then echo "$1" >> ledger.txt;'
+    ' else touch "$1.once"; echo "$1" >> ledger.txt; sleep MARK; fi\n'
+)
+"""`w.sh NAME`: the side effect, then (the first time only) a wait for the kill. The first
+time is marked before the line is written: the kill comes once the line is on the ledger, and
+a kill between the line and the mark would make the resumed call wait too."""
 
 HEAD = """\
 version: 1
