@@ -24,6 +24,8 @@ class PlanOutcome:
         repairs: how many times the model was asked to fix its plan.
         fell_back: whether the planner gave up and returned one ReAct agent step.
         problems: the diagnostics of every rejected attempt, in order.
+        repeated: the planner fell back before its last repair: the model had answered a
+            repair with the plan it was asked to repair, at temperature 0.
         early: the read-only steps that started while the plan streamed, and how each
             stands as the plan is shown (a status once ended, else `running`).
     """
@@ -33,6 +35,7 @@ class PlanOutcome:
     repairs: int = 0
     fell_back: bool = False
     problems: list[list[Diagnostic]] = field(default_factory=list)
+    repeated: bool = False
     early: dict[str, str] = field(default_factory=dict)
 
     @property

@@ -8,7 +8,9 @@ is (`engine.yaml.read_recipe_data`: not written as YAML and parsed back) and goe
 exactly the validation a hand-written recipe does; its problems are located in the plan's
 YAML, which is written only when a problem, a person or `-o` wants it. The problems go
 back to the model as the JSON error list, up to `MAX_REPAIRS` times. A plan still invalid
-after that falls back to a single ReAct agent step with the granted tools.
+after that falls back to a single ReAct agent step with the granted tools; so does one the
+model gave again in answer to its repair at temperature 0 (the next request would be the one
+just answered: greedy decoding answers it the same).
 """
 
 from __future__ import annotations
@@ -169,10 +171,16 @@ class LLMPlanner:
                         return PlanOutcome(plan, _text(source), repairs=attempt, problems=problems)
             problems.append(diagnostics)
             text = source.text if source is not None else None
+            asked = repair
             repair = [
                 {"role": "assistant", "content": json.dumps(answer, default=repr)},
                 {"role": "user", "content": _repair_request(diagnostics, text, granted)},
             ]
+            if repair == asked and self.client.config.temperature == 0:
+                # The model answered the repair with the plan it was asked to repair: the
+                # next request would be the one just answered, and greedy decoding gives
+                # the same answer to the same request. Asking again only costs time.
+                return self._fallback(goal, base, base_dir, file, problems, repeated=True)
         return self._fallback(goal, base, base_dir, file, problems)
 
     def _fallback(
@@ -182,15 +190,22 @@ class LLMPlanner:
         base_dir: Path,
         file: str,
         problems: list[list[Diagnostic]],
+        *,
+        repeated: bool = False,
     ) -> PlanOutcome:
+        """One agent step with the granted tools, for a goal the model could not plan:
+        `problems` are its plans' (the first, then one a repair); `repeated` when it
+        answered the last repair with the same plan at temperature 0."""
         grants = base.get("capabilities") or {}
         names = self.registry.bind(grants, base_dir).agent_tools(grants)
         if not names:  # an agent with no tools could only talk: that is not the goal done
             last = problems[-1] if problems else []
             shown = "; ".join(d.headline() for d in last[:5])
             more = f" (and {len(last) - 5} more)" if len(last) > 5 else ""
+            repairs = len(problems) - 1
             raise StepFailed(
-                f"the model's plan was still invalid after {MAX_REPAIRS} repairs ({shown}{more}),"
+                f"the model's plan was still invalid after {repairs} "
+                f"repair{'' if repairs == 1 else 's'} ({shown}{more}),"
                 " and no capabilities are granted, so no agent can carry the goal out either: "
                 "grant tools with --capabilities FILE, a YAML file with a 'capabilities:' "
                 "block as in recipes (e.g. capabilities: {fs: {root: ., read: true}})"
@@ -201,7 +216,12 @@ class LLMPlanner:
         data, source = read_recipe_data(recipe, file, plan_to_yaml)
         plan = validate_plan(data, source, self.registry, base_dir=base_dir, planned=True)
         return PlanOutcome(
-            plan, _text(source), repairs=MAX_REPAIRS, fell_back=True, problems=problems
+            plan,
+            _text(source),
+            repairs=len(problems) - 1,
+            fell_back=True,
+            problems=problems,
+            repeated=repeated,
         )
 
 

@@ -84,6 +84,32 @@ def test_a_repaired_plan_shows_what_was_wrong_with_the_first(tmp_path: Path) -> 
 
 
 @pytest.mark.slow
+def test_a_plan_given_again_for_its_repair_at_temperature_0_is_said_and_not_asked_again(
+    tmp_path: Path,
+) -> None:
+    """`llm: {temperature: 0}` and the model answers its repair with the same plan: the
+    planner falls back after that one repair and says why (the plan, rejected, is not run)."""
+    (tmp_path / "caps.yaml").write_text(
+        "capabilities: {fs: {root: ., read: true}}\nllm: {temperature: 0}\n", encoding="utf-8"
+    )
+    bad = {"goal": "g", "steps": [{"id": "read", "tool": "fs.reed", "params": {"path": "x"}}]}
+    with FakeOpenAIServer(ScriptedModel.sequence(bad, bad, bad)) as server:
+        proc = planloom(
+            "plan", "g", "--capabilities", "caps.yaml", "--base-url", server.base_url,
+            "--model", "m", "--no", cwd=tmp_path,
+        )  # fmt: skip
+        asked = len(server.requests)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    assert asked == 2, proc.stderr
+    assert "the model's plan #2 was invalid:" in proc.stderr
+    assert "the model's plan #3" not in proc.stderr
+    assert (
+        "the model answered repair 1 with the plan it was asked to repair (temperature 0: "
+        "asking again would get it again): falling back to one agent step"
+    ) in proc.stderr
+
+
+@pytest.mark.slow
 def test_a_valid_plan_without_any_tools_says_none_are_granted(tmp_path: Path) -> None:
     talk = {"goal": "g", "steps": [{"id": "answer", "agent": {"goal": "say hi"}}]}
     with FakeOpenAIServer(ScriptedModel.sequence(talk, "hi")) as server:

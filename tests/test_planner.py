@@ -84,12 +84,17 @@ def with_client(
     *,
     budget: Budget | None = None,
     timeout: float = 5.0,
+    temperature: float | None = None,
 ) -> T:
     """Run `body` with a real client pointed at `server` (retries do not really sleep)."""
 
     async def scenario() -> T:
         config = LLMConfig(
-            model="m", base_url=server.base_url, api_key=SecretStr("k"), timeout=timeout
+            model="m",
+            base_url=server.base_url,
+            api_key=SecretStr("k"),
+            timeout=timeout,
+            temperature=temperature,
         )
         client = LLMClient(config, budget=budget or Budget(), sleep=instant_sleep)
         try:
@@ -360,6 +365,44 @@ def test_still_invalid_after_two_repairs_falls_back_to_one_agent_step(
     ((_, observation),) = server.requests[4].tool_results()
     assert "forty-two" in observation
     assert result.usage.llm_calls == 5
+
+
+@pytest.mark.parametrize(
+    ("temperature", "requests"), [(0, 2), (None, 3), (0.7, 3)], ids=["greedy", "unset", "0.7"]
+)
+def test_a_plan_given_again_for_its_repair_at_temperature_0_falls_back_at_once(
+    registry: Registry,
+    tools: ScriptedTools,
+    tmp_path: Path,
+    temperature: float | None,
+    requests: int,
+) -> None:
+    """The model answers its repair with the plan it was asked to repair: the next repair
+    request would be the one just answered. At temperature 0 (greedy decoding: the same
+    request, the same answer) the planner falls back then, after one repair; sampling may
+    answer it otherwise, so then it asks again, up to MAX_REPAIRS."""
+    model = ScriptedModel.sequence(CYCLE, CYCLE, CYCLE)
+    with FakeOpenAIServer(model) as server:
+        outcome = with_client(server, planning(registry, tmp_path), temperature=temperature)
+        sent = list(server.requests)
+    assert len(sent) == requests
+    assert outcome.fell_back
+    assert (outcome.repairs, outcome.repeated) == (requests - 1, temperature == 0)
+    assert len(outcome.problems) == requests
+    assert [r.temperature for r in sent] == [temperature] * requests
+    # The repair showed the model its plan, and the model gave that plan again.
+    assert json.loads(sent[1].messages[-2]["content"]) == CYCLE
+
+
+def test_a_different_answer_to_a_repair_at_temperature_0_is_repaired_again(
+    registry: Registry, tools: ScriptedTools, tmp_path: Path
+) -> None:
+    """Only the same plan again stops the repairs early: a new wrong plan is repaired, as
+    at any temperature."""
+    model = ScriptedModel.sequence(CYCLE, BAD_PARAMS, parallel_plan())
+    with FakeOpenAIServer(model) as server:
+        outcome = with_client(server, planning(registry, tmp_path), temperature=0)
+    assert (outcome.repairs, outcome.fell_back, outcome.repeated) == (2, False, False)
 
 
 def test_fallback_offers_only_granted_tools_without_human_and_llm(

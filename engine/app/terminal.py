@@ -88,9 +88,16 @@ class TerminalFrontend:
                 self.say(f"  {neutralize(diagnostic.headline())}")
             if len(problems) > 10:
                 self.say(f"  (and {len(problems) - 10} more)")
-        if outcome.fell_back:
+        if outcome.fell_back and outcome.repeated:
             self.say(
-                f"the model's plan was still invalid after {outcome.repairs} repairs: "
+                f"the model answered repair {outcome.repairs} with the plan it was asked to "
+                "repair (temperature 0: asking again would get it again): falling back to one "
+                "agent step"
+            )
+        elif outcome.fell_back:
+            self.say(
+                f"the model's plan was still invalid after {outcome.repairs} "
+                f"repair{'' if outcome.repairs == 1 else 's'}: "
                 "falling back to one agent step"
             )
         elif outcome.repairs:
