@@ -8,7 +8,7 @@ asyncio executor with the same `max_parallel`. The difference per step is the en
 overhead; the target is at most 50 µs per step. A second figure times parsing and
 validating a 10,000-step recipe of the same shape (target: under 2 s). A third figure is
 what journaling the run to a SQLite run store adds ("store on" against "store off", the
-same DAG in the same process; target: at most 30 µs per step). A fourth is what tracing
+same DAG in the same process; target: at most 25 µs per step). A fourth is what tracing
 costs: off (no `--otel`, no OTLP endpoint; target: at most 1 µs per step) and on (every
 span exported over OTLP/HTTP to a collector stand-in in another process).
 
@@ -61,7 +61,7 @@ from planners.recipe import parse_recipe_text
 
 TARGET_US_PER_STEP = 50.0
 TARGET_VALIDATE_SECONDS = 2.0
-TARGET_STORE_US_PER_STEP = 30.0
+TARGET_STORE_US_PER_STEP = 25.0
 TARGET_TRACING_OFF_US_PER_STEP = 1.0
 DEFAULT_SEED = 1234
 BASE_DIR = Path(__file__).resolve().parent
