@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Set
 from pathlib import Path
 from typing import Any
@@ -14,6 +13,7 @@ from engine.diagnostics import NodePath, did_you_mean
 from engine.errors import CapabilityDenied, StepError
 from engine.model import AgentSpec, Plan
 from engine.templating import find_templates
+from engine.validation._params import check_params
 from engine.validation._pydantic import dotted, lower
 from engine.validation._report import Report
 
@@ -152,7 +152,7 @@ def check_action(
         return
     action = _tool(report, registry, (*path, "tool"), tool, granted, unavailable)
     if action is not None:
-        model = _params(report, path, tool, action.params_model, params)
+        model = check_params(report, path, tool, action.params_model, params)
         if model is not None and admission is not None:
             admission.check(report, path, action, model, params)
 
@@ -198,52 +198,3 @@ def _not_granted(report: Report, path: NodePath, tool: str, family: str) -> None
         f"'{tool}' needs the '{family}' capability, which this recipe does not grant",
         f"add it under 'capabilities:', e.g. capabilities: {{{family}: {{}}}}",
     )
-
-
-def _params(
-    report: Report, path: NodePath, tool: str, model: type[BaseModel], params: dict[str, Any]
-) -> BaseModel | None:
-    """The params as `model`, or None when they do not fit it (the problems reported,
-    but for those under templates, which are known only at run time)."""
-    try:
-        return model.model_validate(params)
-    except ValidationError as exc:
-        templated = [p for p, _ in find_templates(params)]
-        for error in exc.errors(include_url=False):
-            loc = tuple(error["loc"])
-            if any(loc[: len(t)] == t for t in templated):
-                continue  # the value is known only at run time
-            if error["type"] == "extra_forbidden":
-                names, accepted = _accepted(model)
-                report(
-                    (*path, "params", *loc),
-                    "bad-params",
-                    f"{tool} has no param '{loc[-1]}'",
-                    did_you_mean(str(loc[-1]), names) or f"{tool} takes: {accepted}",
-                    key=True,
-                )
-            elif error["type"] == "missing":
-                report(
-                    (*path, "params"),
-                    "bad-params",
-                    f"{tool} needs param '{dotted(loc)}'",
-                    f"{tool} takes: {_accepted(model)[1]} (? = optional)",
-                )
-            else:
-                report(
-                    (*path, "params", *loc),
-                    "bad-params",
-                    f"{tool} param '{dotted(loc)}': {lower(error['msg'])}",
-                )
-        return None
-
-
-@functools.lru_cache(maxsize=1024)
-def _accepted(model: type[BaseModel]) -> tuple[tuple[str, ...], str]:
-    """A params model's param names, and them as a hint (`path, limit?`), from its JSON
-    schema (an MCP tool's model has no fields of its own). Only on the error path: most
-    errors are under templated values, which are skipped."""
-    schema = model.model_json_schema()
-    required = set(schema.get("required", []))
-    names = tuple(schema.get("properties", {}))
-    return names, ", ".join(f"{name}{'' if name in required else '?'}" for name in names)
