@@ -53,7 +53,7 @@ def journaled_pipeline(
         started = time.perf_counter()
         data, source = parse_recipe_text(text, "<bench>")
         parsed = time.perf_counter()
-        plan = validate_plan(data, source, registry, base_dir=BASE_DIR)
+        plan = validate_plan(data, source, registry, base_dir=BASE_DIR, owned=True)
         del data, source
         validated = time.perf_counter()
         bus = EventBus("bench")

@@ -133,7 +133,7 @@ def _pipeline(
         started = time.perf_counter()
         data, source = read(box.pop(), "<bench>")
         parsed = time.perf_counter()
-        plan = validate_plan(data, source, registry, base_dir=BASE_DIR)
+        plan = validate_plan(data, source, registry, base_dir=BASE_DIR, owned=True)
         # What the engine keeps of the parse is its business; the bench keeps none of it.
         del data, source
         validated = time.perf_counter()

@@ -56,12 +56,23 @@ class _Model(MaySharedFields):  # (a validated plan's steps share theirs: `compa
     __hash__ = None  # type: ignore[assignment]  # mutable models, as pydantic's own
 
 
-def compact(step: Step) -> None:
+def compact(step: Step, raw: Any = None) -> None:
     """Make a step of a large plan smaller, not different: its set of set fields shared
     (`share_fields_set`), and its id, tool and `depends_on` names interned, so that the
-    100,000 steps naming `fs.read` or a step they wait for hold one string for it."""
+    100,000 steps naming `fs.read` or a step they wait for hold one string for it.
+
+    `raw`: the mapping the step was validated from, when its owner gives it up: the step
+    keeps its `params` mapping and `depends_on` list, equal to the copies validation made,
+    so that one of each is held, not two, while a large plan is checked.
+    """
     share_fields_set(step)
     fields = step.__dict__
+    if raw is not None:
+        params, depends_on = raw.get("params"), raw.get("depends_on")
+        if type(params) is dict and all(type(key) is str for key in params):
+            fields["params"] = params  # (dict[str, Any]: the same keys, the same values)
+        if type(depends_on) is list and all(type(name) is str for name in depends_on):
+            fields["depends_on"] = depends_on
     fields["id"] = sys.intern(step.id)
     if step.tool is not None:
         fields["tool"] = sys.intern(step.tool)

@@ -24,4 +24,4 @@ def load_recipe(path: str | Path, registry: Registry) -> tuple[Plan, SourceMap]:
     """
     data, source = read_recipe(path)
     base_dir = Path(path).resolve().parent
-    return validate_plan(data, source, registry, base_dir=base_dir), source
+    return validate_plan(data, source, registry, base_dir=base_dir, owned=True), source

@@ -381,7 +381,7 @@ def plan_from_text(text: str, registry: Registry, base_dir: Path) -> Plan:
         PlanValidationError: it is not valid; the problems are located in `plan.yaml`.
     """
     data, source = parse_recipe_text(text, "plan.yaml")
-    return validate_plan(data, source, registry, base_dir=base_dir, planned=True)
+    return validate_plan(data, source, registry, base_dir=base_dir, planned=True, owned=True)
 
 
 def _spent(client: LLMClient) -> Usage:

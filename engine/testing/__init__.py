@@ -256,7 +256,7 @@ def run_recipe_text(
 
     data, source = parse_recipe_text(text, "<test>")
     folder = base_dir or Path.cwd()
-    plan = validate_plan(data, source, registry, base_dir=folder)
+    plan = validate_plan(data, source, registry, base_dir=folder, owned=True)
 
     async def go(base_url: str | None) -> RunResult:
         client = None

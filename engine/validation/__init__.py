@@ -53,17 +53,25 @@ def validate_plan(
     base_dir: Path | None = None,
     require_version: bool = True,
     planned: bool = False,
+    owned: bool = False,
 ) -> Plan:
     """Check `data` against every rule and return the typed `Plan`.
 
     `planned`: the plan a planner wrote for its `goal`; it must have steps (a recipe's goal
-    with no steps is one to plan).
+    with no steps is one to plan). `owned`: the caller gives `data` up (it was read for
+    this call and is not used after, nor changed): the plan's steps keep its `params`
+    mappings and `depends_on` lists instead of copies, which a large plan's peak memory
+    would hold twice.
 
     Raises:
         PlanValidationError: with every problem found, sorted by position.
     """
     checker = _Checker(
-        source, registry, base_dir if base_dir is not None else Path.cwd(), planned=planned
+        source,
+        registry,
+        base_dir if base_dir is not None else Path.cwd(),
+        planned=planned,
+        owned=owned,
     )
     checker.report.add(source.problems)
     with collector_paused():
@@ -95,7 +103,9 @@ def ensure_valid(plan: Plan, registry: Registry, *, base_dir: Path) -> Plan:
     text = json.dumps(data, indent=2, default=repr)
     _, source = parse_recipe_text(text, "<plan>")
     try:
-        return validate_plan(data, source, registry, base_dir=base_dir, require_version=False)
+        return validate_plan(
+            data, source, registry, base_dir=base_dir, require_version=False, owned=True
+        )
     except PlanValidationError as exc:
         report = render_diagnostics(exc.diagnostics, source)
         head = "the plan is invalid (lines are in the plan as JSON):"
@@ -115,12 +125,19 @@ def _unique(problems: list[Diagnostic]) -> list[Diagnostic]:
 
 class _Checker:
     def __init__(
-        self, source: SourceMap, registry: Registry, base_dir: Path, *, planned: bool = False
+        self,
+        source: SourceMap,
+        registry: Registry,
+        base_dir: Path,
+        *,
+        planned: bool = False,
+        owned: bool = False,
     ) -> None:
         self.raw_ids: dict[str, set[str]] = {}
         self.registry = registry
         self.base_dir = base_dir
         self.planned = planned
+        self.owned = owned
         self.report = Report(source)
         self.edges: dict[str, Edges] = {}  # each section's, once it has no cycle
 
@@ -168,7 +185,8 @@ class _Checker:
                     if (salvaged := _salvage_step(raw, exc)) is not None:
                         partial.append(((section, index), salvaged))
                     continue
-                compact(step)  # (as it is made: a large plan's peak is its steps)
+                # (as it is made: a large plan's peak is its steps)
+                compact(step, raw if self.owned else None)
                 steps.append(((section, index), step))
         if not isinstance(top, Plan):
             return None
