@@ -58,6 +58,7 @@ MARK = "${{"
 _WHOLE = re.compile(r"\A\$\{\{(?P<expr>.*)\}\}\Z", re.S)
 _PATH = re.compile(r"^\s*[A-Za-z_]\w*(?:\.[A-Za-z_]\w*|\[\d+\])*\s*$")
 _PATH_PART = re.compile(r"\.([A-Za-z_]\w*)|\[(\d+)\]")
+_NAME = re.compile(r"[A-Za-z_]\w*")
 _JINJA_GLOBALS = frozenset({"range", "dict", "lipsum", "cycler", "joiner", "namespace", "loop"})
 # Words Jinja reads as literals or globals, never as context names: leave them to Jinja.
 _NOT_NAMES = _JINJA_GLOBALS | {"true", "false", "none", "True", "False", "None"}
@@ -166,9 +167,7 @@ class Template:
             root, parts = _split_path(expression)
             # Jinja prefers attributes over keys (`d.items` is the method): such a path is
             # left to it, so a walk never has to ask.
-            if root not in _NOT_NAMES and not any(
-                isinstance(part, str) and hasattr(dict, part) for part in parts
-            ):
+            if root not in _NOT_NAMES and not _dict_attribute(parts):
                 path = (root, *parts)
                 return cls(source, expression, (path,), _path=path)
         tree = _parse(source)
@@ -275,12 +274,24 @@ def _walk(context: Mapping[str, Any], path: Reference) -> Any:
     return value
 
 
+def _dict_attribute(parts: tuple[str | int, ...]) -> bool:
+    """Whether a part of a path names an attribute of a dict (`items`)."""
+    for part in parts:  # noqa: SIM110  # (not any() of a generator: a frame more per path)
+        if type(part) is str and hasattr(dict, part):
+            return True
+    return False
+
+
 def _split_path(expression: str) -> tuple[str, tuple[str | int, ...]]:
+    """A path `_PATH` matched, as its root name and parts. Names are interned: 100,000
+    templates reading `steps.X.output` hold one "steps" and one "output" (and each X is
+    its step's id), not 100,000 of each."""
     expression = expression.strip()
-    head = re.match(r"[A-Za-z_]\w*", expression)
+    if "[" not in expression:  # names only (the usual case): `_PATH` has checked each
+        root, *names = expression.split(".")
+        return sys.intern(root), tuple(map(sys.intern, names))
+    head = _NAME.match(expression)
     assert head is not None  # guaranteed by _PATH
-    # Names interned: 100,000 templates reading `steps.X.output` hold one "steps" and one
-    # "output" (and each X is its step's id), not 100,000 of each.
     parts: list[str | int] = []
     for attr, index in _PATH_PART.findall(expression[head.end() :]):
         parts.append(sys.intern(attr) if attr else int(index))
