@@ -24,11 +24,21 @@ from _procs import TIMEOUT, background, env, marker_seconds, pids_with, planloom
 from engine.app.sqlite_store import entry_hash, first_hash, open_store
 from engine.store import RunRecord
 
-__all__ = ["TESTS", "Lab", "forged_store", "lab", "rechain"]
+__all__ = ["FIRST_CALL_WAITS", "TESTS", "Lab", "forged_store", "lab", "rechain"]
 
 TESTS = Path(__file__).parent
 WATCH = 60.0  # seconds to wait for a moment: generous on a loaded machine
 POLL = 0.01
+
+FIRST_CALL_WAITS = """\
+test -e "$1.once" || { touch "$1.once"; first=1; }
+echo "$1" >> ledger.txt
+test -z "$first" || sleep MARK
+"""
+"""A script for `Lab.write`, run as `sh SCRIPT NAME`: NAME appended to the ledger (the side
+effect), then, the first time only, a wait for the kill. The first time is marked before the
+line is written: the kill comes once the line is on the ledger, and a kill between the line
+and the mark would make the next call wait too."""
 
 
 class Lab:

@@ -31,7 +31,7 @@ from typing import Any
 
 import pexpect
 import pytest
-from _durable_attacks import TESTS, Lab, forged_store, lab, rechain
+from _durable_attacks import FIRST_CALL_WAITS, TESTS, Lab, forged_store, lab, rechain
 from _procs import PLANLOOM, TIMEOUT, env
 
 from engine.testing import ChatReply, ChatRequest, FakeOpenAIServer, ToolCall
@@ -140,26 +140,13 @@ def test_a_for_each_item_in_flight_at_a_kill_is_not_made_again_by_yes(tmp_path: 
         )
 
 
-DEPLOY = """\
-test -e once || { touch once; first=1; }
-echo deploy >> ledger.txt
-test -z "$first" || sleep MARK
-"""
-"""`deploy.sh`: the side effect, then (the first time only) a wait for the kill. The first time
-is marked before the line is written: the kill comes once the line is on the ledger, and a kill
-between the line and the mark would make the next call wait too."""
-
-
 @pytest.mark.slow
 def test_a_call_in_doubt_that_is_denied_does_not_start_the_fallback(tmp_path: Path) -> None:
     """`deploy` was in flight at the kill (its line is in the ledger). Its fallback makes
     the same call. On resume `--yes` denies the call in doubt, as it must, and the step's
     fallback then makes it anyway: the side effect happens twice and the run succeeds."""
     with lab(tmp_path) as it:
-        it.write(
-            "deploy.sh",
-            DEPLOY,
-        )
+        it.write("deploy.sh", FIRST_CALL_WAITS)
         it.recipe(
             """\
             version: 1
@@ -170,8 +157,8 @@ def test_a_call_in_doubt_that_is_denied_does_not_start_the_fallback(tmp_path: Pa
               - id: deploy
                 tool: shell.run
                 timeout: 600
-                params: {argv: [sh, deploy.sh]}
-                fallback: {tool: shell.run, params: {argv: [sh, deploy.sh]}}
+                params: {argv: [sh, deploy.sh, deploy]}
+                fallback: {tool: shell.run, params: {argv: [sh, deploy.sh, deploy]}}
             """
         )
         run = it.start("run", "r.yaml", "--yes")
@@ -202,10 +189,7 @@ def test_a_fallback_call_in_flight_stays_in_doubt_when_the_read_only_primary_fai
     silent.listen(16)
     port = silent.getsockname()[1]
     with lab(tmp_path) as it:
-        it.write(
-            "deploy.sh",
-            DEPLOY,
-        )
+        it.write("deploy.sh", FIRST_CALL_WAITS)
         it.recipe(
             f"""\
             version: 1
@@ -220,7 +204,8 @@ def test_a_fallback_call_in_flight_stays_in_doubt_when_the_read_only_primary_fai
                 params: {{url: "http://127.0.0.1:{port}/ready"}}
                 timeout: 0.5
                 retry: {{attempts: 2, on: [timeout], backoff: fixed, initial: 0}}
-                fallback: {{tool: shell.run, params: {{argv: [sh, deploy.sh]}}, timeout: 600}}
+                fallback:
+                  {{tool: shell.run, params: {{argv: [sh, deploy.sh, deploy]}}, timeout: 600}}
             """
         )
         try:

@@ -18,17 +18,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from _durable_attacks import Lab, lab
+from _durable_attacks import FIRST_CALL_WAITS, Lab, lab
 
 pytestmark = pytest.mark.slow
-
-WRITE = (
-    'if test -e "$1.once"; then echo "$1" >> ledger.txt;'
-    ' else touch "$1.once"; echo "$1" >> ledger.txt; sleep MARK; fi\n'
-)
-"""`w.sh NAME`: the side effect, then (the first time only) a wait for the kill. The first
-time is marked before the line is written: the kill comes once the line is on the ledger, and
-a kill between the line and the mark would make the resumed call wait too."""
 
 HEAD = """\
 version: 1
@@ -50,7 +42,7 @@ AFTER = """\
 def _killed_in_w1(it: Lab, w1: str) -> str:
     """Run the recipe (`w1`, the step in doubt, then `after`), kill -9 it once w1's line is
     on the ledger; the run's id."""
-    it.write("w.sh", WRITE)
+    it.write("w.sh", FIRST_CALL_WAITS)
     it.recipe(HEAD + w1 + AFTER)
     run = it.start("run", "r.yaml", "--yes")
     it.stop_when(run, lambda: it.ledger() == ["w1"], "w1's append")

@@ -53,21 +53,19 @@ def check_params(
 ) -> BaseModel | None:
     """The params as `model`, or None when they do not fit it (the problems reported,
     but for those under templates, which are known only at run time)."""
-    whole, templated = _shape(params)
-    shape = whole if templated else None  # params with no template are validated as they are
-    if shape is not None:
+    shape, templated = _shape(params)  # (params with no template are validated as they are)
+    known = None
+    if templated:
         try:
             known = _shapes.get((model, shape))
         except TypeError:  # a literal that is not hashable (a set, from the Python API)
-            shape = known = None
-    else:
-        known = None
+            templated = False
     if known is None:
         try:
             return model.model_validate(params)
         except ValidationError as exc:
             known, shared = _problems(exc, tool, model, params)
-        if shape is not None and shared and len(_shapes) < _SHAPES_KEPT:
+        if templated and shared and len(_shapes) < _SHAPES_KEPT:
             _shapes[(model, shape)] = known
     for where, rule, message, hint, key in known:
         report((*path, "params", *where), rule, message, hint, key=key)
