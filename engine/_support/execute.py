@@ -10,6 +10,7 @@ from typing import Any
 from pydantic import BaseModel
 from pydantic_core import PydanticSerializationError, to_jsonable_python
 
+from engine._support.eager import as_task
 from engine.capability import Action, CallContext
 from engine.errors import StepError, StepFailed, StepTimeout
 
@@ -23,6 +24,7 @@ async def execute(action: Action[Any], model: Any, ctx: CallContext) -> Any:
     try:
         if not action.interruptible:  # an inline synchronous function: no timeout can fire
             return await action.run(model, ctx)
+        await as_task()  # (its deadline cancels the task it runs in: its own)
         deadline = asyncio.timeout(limit)
         async with deadline:
             return await action.run(model, ctx)

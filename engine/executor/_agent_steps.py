@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from engine._support.eager import as_task
 from engine.agent import AgentRunner, AgentTask, ToolSpec
 from engine.capability import Registry
 from engine.errors import StepError, StepFailed, StepTimeout
@@ -90,6 +91,7 @@ class AgentSteps:
             context=facts,
             min_tool_calls=spec.min_tool_calls,
         )
+        await as_task()  # (the runner's model and tool calls, and the timeout, need one)
         try:
             if action.timeout is None:
                 return await self.runner.run(task)

@@ -10,6 +10,7 @@ from typing import Any
 
 from tenacity import AsyncRetrying, RetryCallState, retry_if_exception, stop_after_attempt
 
+from engine._support.eager import as_task
 from engine._support.scope import enter_attempt, enter_scope
 from engine.errors import (
     ApprovalDenied,
@@ -92,6 +93,7 @@ class Attempts:
                 context_of_item = {**context, "item": item, "index": index}
                 return await self.chain(compiled, context_of_item, tallies[index])
 
+        await as_task()  # (the group cancels the task it runs in if an item crashes)
         async with asyncio.TaskGroup() as group:
             tasks = [group.create_task(one(i, item)) for i, item in enumerate(items)]
         outcomes = [task.result() for task in tasks]

@@ -6,6 +6,11 @@ cycles; building one per run cost a 100,000-step run 50 MB and seconds). A node 
 moment its last dependency ends (up to `max_parallel` at once). Each node's outcome comes
 back as a value; an exception in one node becomes that node's outcome through `crash`, so
 it cannot tear down its siblings.
+A node is started at once, in the scheduler's turn (`engine._support.eager`): one that
+ends without waiting (an in-process function, a call a recording serves) costs no task;
+one that waits runs on as a task. The nodes ready together all start before any of those
+that ended at once is settled, as tasks started together would; a long run of nodes that
+never wait gives the event loop a turn every few milliseconds (timers, signals).
 When an outcome `blocks`, either nothing new starts (`stop`) or every descendant is
 skipped (`continue`).
 
@@ -17,15 +22,24 @@ drained. A plan streamed by the planner runs so, its read-only steps first.
 from __future__ import annotations
 
 import asyncio
+import contextvars
 from collections import deque
-from collections.abc import Awaitable, Callable
-from typing import Generic, Literal, TypeVar
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, Literal, TypeVar, cast
 
 from engine._graph import Edges
+from engine._support.eager import Waiting, start
 
 __all__ = ["Scheduler"]
 
 OutcomeT = TypeVar("OutcomeT")
+
+_TURN = 0.005  # seconds of nodes ended at once before the event loop gets a turn
+_WAITS = object()  # a node started that waits for something: it runs on as a task
+
+
+def _take(ready: deque[str], count: int) -> list[str]:
+    return [ready.popleft() for _ in range(count)]
 
 
 class Scheduler(Generic[OutcomeT]):
@@ -38,7 +52,7 @@ class Scheduler(Generic[OutcomeT]):
     def __init__(
         self,
         edges: Edges,
-        run: Callable[[str], Awaitable[OutcomeT]],
+        run: Callable[[str], Coroutine[Any, Any, OutcomeT]],
         *,
         max_parallel: int,
         blocks: Callable[[OutcomeT], bool],
@@ -66,11 +80,22 @@ class Scheduler(Generic[OutcomeT]):
 
     async def run(self) -> None:
         waiting, ready, done = self._waiting, self._ready, self._done
+        loop = asyncio.get_running_loop()
         async with asyncio.TaskGroup() as group:
             while ready or self.running or self._open:
+                turn = loop.time()
                 while ready and len(self.running) < self.max_parallel and not self.stopped_by:
-                    node = ready.popleft()
-                    self.running[node] = group.create_task(self._track(node), name=f"step:{node}")
+                    # Every node ready now starts now (as many as there are free slots), as
+                    # tasks started together would; those that ended at once are settled
+                    # after, so one's failure does not keep its siblings from starting.
+                    room = min(len(ready), self.max_parallel - len(self.running))
+                    ended = [(node, self._start(node, group)) for node in _take(ready, room)]
+                    for node, outcome in ended:
+                        if outcome is not _WAITS:
+                            self._settle(node, cast(OutcomeT, outcome), waiting, ready)
+                    if loop.time() - turn >= _TURN:  # the loop's turn (timers, signals)
+                        await asyncio.sleep(0)
+                        turn = loop.time()
                 if not self.running and not self._open:
                     break
                 finished = [await done.get()]
@@ -78,14 +103,33 @@ class Scheduler(Generic[OutcomeT]):
                 # so a failure queued behind a success still stops new starts.
                 while not done.empty():
                     finished.append(done.get_nowait())
-                for ended in finished:
-                    if ended is None:
+                for ended_node in finished:
+                    if ended_node is None:
                         continue
-                    node, outcome = ended
+                    node, outcome = ended_node
                     if self._stale and self._stale.get(node):
                         self._stale[node] -= 1
                         continue
+                    del self.running[node]
                     self._settle(node, outcome, waiting, ready)
+
+    def _start(self, node: str, group: asyncio.TaskGroup) -> OutcomeT | object:
+        """Start `node` at once (`engine._support.eager`): its outcome if it ended without
+        waiting for anything (no task was made), else `_WAITS` (the rest of it runs as a
+        task)."""
+        context = contextvars.copy_context()
+        try:
+            value, rest = start(self._run(node), context)
+        except asyncio.CancelledError as exc:  # nobody can have cancelled it: it never waited
+            return self._crash(node, RuntimeError(f"stray CancelledError: {exc}"))
+        except Exception as exc:  # becomes this node's outcome, by design
+            return self._crash(node, exc)
+        if rest is None:
+            return value
+        self.running[node] = group.create_task(
+            self._track(node, rest), name=f"step:{node}", context=rest.context
+        )
+        return _WAITS
 
     # -- an open graph -------------------------------------------------------------------
 
@@ -143,7 +187,6 @@ class Scheduler(Generic[OutcomeT]):
     def _settle(
         self, node: str, outcome: OutcomeT, waiting: dict[str, int], ready: deque[str]
     ) -> None:
-        del self.running[node]
         self.outcomes[node] = outcome
         if self._blocks(outcome):
             if self.on_block == "stop":
@@ -160,9 +203,9 @@ class Scheduler(Generic[OutcomeT]):
             if waiting[successor] == 0:
                 ready.append(successor)
 
-    async def _track(self, node: str) -> None:
+    async def _track(self, node: str, rest: Waiting) -> None:
         try:
-            outcome = await self._run(node)
+            outcome = await rest.rest()
         except asyncio.CancelledError as exc:
             task = asyncio.current_task()
             if task is None or task.cancelling():

@@ -17,6 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from engine._support.eager import as_task
 from engine._support.execute import execute, jsonable
 from engine._support.problems import validation_problems
 from engine._support.scope import current_item, current_tool_call
@@ -314,6 +315,7 @@ class Sandbox:
             )
 
             async def run() -> Any:
+                await as_task()  # (a backend waits for its worker within a deadline)
                 return await backend.run(remote)
 
         if admitted.served:
