@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from pydantic import ValidationError
 
-from engine._support.execute import execute, jsonable
+from engine._support.execute import execute
 from engine._support.problems import validation_problems
 from engine.capability import CallContext, Family, ParamPath, Registry
 from engine.errors import (
@@ -157,6 +157,6 @@ async def run_remote(call: RemoteCall, registry: Registry) -> Outcome:
             data_paths=frozenset(call.data_paths),
             data_literals=frozenset(call.data_literals),
         )
-        return Outcome(result=jsonable(action.name, await execute(action, model, ctx)))
+        return Outcome(result=await execute(action, model, ctx))
     except StepError as exc:
         return Outcome.failed(exc)

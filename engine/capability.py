@@ -317,10 +317,8 @@ class Registry:
             params_model = _params_model_from_signature(name, fn)
             is_async = inspect.iscoroutinefunction(fn)
 
-            fields = tuple(params_model.model_fields)
-
             async def run(params: BaseModel, ctx: CallContext) -> Any:
-                kwargs = {k: getattr(params, k) for k in fields}
+                kwargs = params.__dict__  # (the fields, by name: the model allows no extra)
                 if is_async:
                     return await fn(**kwargs)
                 if blocking:

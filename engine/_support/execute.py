@@ -14,20 +14,22 @@ from engine._support.eager import as_task
 from engine.capability import Action, CallContext
 from engine.errors import StepError, StepFailed, StepTimeout
 
-__all__ = ["execute", "jsonable"]
+__all__ = ["execute"]
 
 
 async def execute(action: Action[Any], model: Any, ctx: CallContext) -> Any:
-    """Run the action within its timeout; every failure becomes a `StepError`."""
+    """Run the action within its timeout; its result as JSON data. Every failure becomes a
+    `StepError`."""
     name, limit = action.name, ctx.timeout
     deadline: asyncio.Timeout | None = None
     try:
         if not action.interruptible:  # an inline synchronous function: no timeout can fire
-            return await action.run(model, ctx)
+            return _jsonable(name, await action.run(model, ctx))
         await as_task()  # (its deadline cancels the task it runs in: its own)
         deadline = asyncio.timeout(limit)
         async with deadline:
-            return await action.run(model, ctx)
+            result = await action.run(model, ctx)
+        return _jsonable(name, result)
     except TimeoutError as exc:
         if deadline is not None and deadline.expired():
             raise StepTimeout(f"{name} timed out after {limit:g} s") from None
@@ -44,8 +46,11 @@ async def execute(action: Action[Any], model: Any, ctx: CallContext) -> Any:
         raise StepFailed(f"{name} raised {type(exc).__name__}: {exc}") from exc
 
 
-def jsonable(name: str, result: Any) -> Any:
-    if result is None or isinstance(result, str | int | float | bool):
+_PLAIN = frozenset({type(None), str, int, float, bool})
+
+
+def _jsonable(name: str, result: Any) -> Any:
+    if type(result) in _PLAIN:
         return result
     if isinstance(result, BaseModel):
         return result.model_dump(mode="json")

@@ -134,6 +134,7 @@ class Executor:
         self._final_ids = frozenset(s.id for s in plan.finally_)
         self._view: Namespace = Namespace()
         self._run_view: dict[str, Any] = {"id": self.run_id, "name": plan.name}
+        self._main_context: dict[str, Any] = {"inputs": self.inputs, "steps": self._view}
         self._graph_task: asyncio.Task[None] | None = None
         self._fast = settings.fast_path and not settings.dry_run
         self._stop_reason: Literal["interrupted", "max_duration"] | None = None
@@ -368,10 +369,10 @@ class Executor:
     # -- bookkeeping ---------------------------------------------------------------------
 
     def _context(self, step_id: str) -> dict[str, Any]:
-        context: dict[str, Any] = {"inputs": self.inputs, "steps": self._view}
+        """What a step's templates see (not to be changed: steps share it)."""
         if step_id in self._final_ids:
-            context["run"] = self._run_view
-        return context
+            return {**self._main_context, "run": self._run_view}
+        return self._main_context
 
     def _finish(self, step_id: str, result: StepResult, *, emit: bool = True) -> StepResult:
         usage = self.spending.step_usage(step_id, self.sandbox.step_calls.pop(step_id, 0))
@@ -379,14 +380,14 @@ class Executor:
             # Not `result.usage = usage`: pydantic would also record the field as set,
             # growing each result's set of set fields to 32 slots (50 MB at 100,000 steps).
             result.__dict__["usage"] = usage
-        warnings = self.sandbox.step_warnings.pop(step_id, None)
-        if warnings:  # (a step kept from before keeps its own)
-            result.__dict__["warnings"] = warnings
+        warnings = self.sandbox.step_warnings
+        if warnings and (kept := warnings.pop(step_id, None)):  # (a kept step keeps its own)
+            result.__dict__["warnings"] = kept
         started = self._started.pop(step_id, None)
         if started is not None and self.sandbox.results.timed:  # (a kept step keeps its own)
             result.__dict__["duration"] = round(self._now() - started, 6)
-        transcript = self.agents.transcripts.get(step_id)
-        if transcript:
+        transcripts = self.agents.transcripts
+        if transcripts and (transcript := transcripts.get(step_id)):
             result.transcript = self.secrets.redact_value(transcript)
         if result.error:
             # Errors quote params, argv and URLs: they leave the run, so no secrets in them.
@@ -394,9 +395,10 @@ class Executor:
         self.results[step_id] = result
         if result.status in _NOT_DONE:  # (kept as they end: a run's end reads no result)
             self._undone.add(step_id)
-        else:
+        elif self._undone:
             self._undone.discard(step_id)
-        self._compiled.pop(step_id, None)
+        if self._compiled:
+            self._compiled.pop(step_id, None)
         if len(self.results) % _SETTLE_EVERY == 0:
             freeze_survivors()  # the results so far: out of every later full collection
         self._view[step_id] = {

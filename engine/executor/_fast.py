@@ -21,7 +21,6 @@ from engine._graph import step_parsed
 from engine._support.scope import enter_attempt
 from engine.errors import ApprovalDenied, ReplayMismatch, StepError, StepFailed
 from engine.executor._attempts import Attempts
-from engine.executor._compiled import shared_paths
 from engine.model import Step
 from engine.results import StepStatus
 from engine.templating import Template, render_at
@@ -81,7 +80,8 @@ def fast_call(step: Step) -> FastCall | None:
             data.append(where)
         if template.constants:
             literals = literals | template.constants
-    paths = shared_paths(frozenset(data)) if data else _EMPTY
+    # (not shared between steps as a compiled step's are: the call is dropped as it ends)
+    paths = frozenset(data) if data else _EMPTY
     return FastCall(step.tool, step.params, tuple(templates), paths, literals)
 
 

@@ -32,10 +32,13 @@ class Spending:
     def step_usage(self, step_id: str, tools: int) -> StepUsage | None:
         """What the step spent (its model calls taken from the counters, `tools` its tool
         calls), or None if it made no call. Equal usages share one frozen instance."""
-        model = self._model_spent.pop(step_id, None)
-        if not tools and model is None:
-            return None
-        key = (*(model or (0, 0, 0)), tools)
+        model = self._model_spent.pop(step_id, None) if self._model_spent else None
+        if model is None:
+            if not tools:
+                return None
+            key: tuple[int, ...] = (0, 0, 0, tools)
+        else:
+            key = (*model, tools)
         usage = self._usages.get(key)
         if usage is None:
             usage = self._usages[key] = StepUsage(

@@ -12,13 +12,14 @@ import dataclasses
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
 from engine._support.eager import as_task
-from engine._support.execute import execute, jsonable
+from engine._support.execute import execute
 from engine._support.problems import validation_problems
 from engine._support.scope import current_item, current_tool_call
 from engine._support.truncation import MAX_WARNINGS, truncation_warning
@@ -200,7 +201,8 @@ class Sandbox:
                 step_id=step_id,
             )
         try:
-            model = action.params_model.model_validate(params)
+            # (the model's validator itself: `model_validate` is a frame more on every call)
+            model = action.params_model.__pydantic_validator__.validate_python(params)
         except ValidationError as exc:
             problems = validation_problems(exc, prefix=("params",), root="params")
             raise CapabilityDenied.bad_params(name, problems, step_id=step_id) from None
@@ -215,7 +217,8 @@ class Sandbox:
             data_literals,
             self.scopes.get(action.family),
         )
-        side_effects = action.has_side_effects(model)
+        side = action.side_effects  # (most are one for every call: no call to find out)
+        side_effects = side if type(side) is bool else action.has_side_effects(model)
         call = ToolCall(
             step_id,
             attempt,
@@ -296,10 +299,7 @@ class Sandbox:
         if backend is not None and not backend.takes(self.registry.families[action.family]):
             backend = None
         if backend is None:
-
-            async def run() -> Any:
-                return jsonable(call.action, await execute(action, model, ctx))
-
+            run: Callable[[], Awaitable[Any]] = partial(execute, action, model, ctx)
         else:
             remote = RemoteCall(
                 key=f"planloom-{call.step_id}-{uuid.uuid4().hex}",

@@ -257,7 +257,7 @@ _NONE: frozenset[str] = frozenset()
 
 def _walk(context: Mapping[str, Any], path: Reference) -> Any:
     hops = iter(path)
-    root = str(next(hops))  # a reference's root is a name
+    root: Any = next(hops)  # (a reference's root is a name)
     if root not in context:
         return _MISS
     value = context[root]

@@ -35,10 +35,11 @@ def render_at(
     """
     if not templates:
         return value
-    if all(template.is_path for _, template in templates):
-        return _placed(value, templates, context)
-    with budget():
-        return _placed(value, templates, context)
+    for _, template in templates:  # (a loop, not all() of a generator: a frame less)
+        if not template.is_path:
+            with budget():
+                return _placed(value, templates, context)
+    return _placed(value, templates, context)
 
 
 def _placed(
@@ -47,6 +48,9 @@ def _placed(
     root = value.copy()
     copied = {id(root)}
     for path, template in templates:
+        if len(path) == 1:  # (a key of the params themselves, the usual case)
+            root[path[0]] = template.render(context)
+            continue
         node = root
         for key in path[:-1]:
             child = node[key]
