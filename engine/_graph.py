@@ -111,30 +111,65 @@ class Edges:
     `dependencies` maps every step to the steps of the same section it waits for;
     `dependents` maps a step to the steps waiting for it. Steps outside the section (a
     `finally` step reading a main step) are left out: they have ended before it starts.
+    `in_order`: as found, every step comes after all it waits for (so there is no cycle);
+    plans are mostly written, and planned, in that order.
     """
 
     dependencies: dict[str, list[str]]
     dependents: dict[str, list[str]]
+    in_order: bool = False
 
     @classmethod
     def of(cls, steps: list[Step]) -> Edges:
-        ids = {step.id for step in steps}
+        return cls._in_order(steps) or cls._any_order(steps)
+
+    @classmethod
+    def _in_order(cls, steps: list[Step]) -> Edges | None:
+        """The edges of steps each listed after all it waits for, or None if one is not
+        (or an id is used twice, or a step waits for one outside `steps`). A step's
+        dependencies are then those already seen: no set of every id is needed."""
         dependencies: dict[str, list[str]] = {}
         dependents: dict[str, list[str]] = {}
         for step in steps:
+            step_id = step.id
+            if step_id in dependencies:
+                return None
+            deps = step_dependencies(step)
+            for dep in deps:
+                later = dependents.get(dep)
+                if later is not None:
+                    later.append(step_id)
+                elif dep in dependencies:
+                    dependents[dep] = [step_id]
+                else:  # itself, one further on, or none of these
+                    return None
+            dependencies[step_id] = deps  # (the step's own cached list)
+        return cls(dependencies, dependents, in_order=True)
+
+    @classmethod
+    def _any_order(cls, steps: list[Step]) -> Edges:
+        ids = {step.id for step in steps}
+        dependencies: dict[str, list[str]] = {}
+        dependents: dict[str, list[str]] = {}
+        in_order = True
+        for step in steps:
+            step_id = step.id
             deps = step_dependencies(step)
             if not ids.issuperset(deps):
                 deps = [dep for dep in deps if dep in ids]
-            known = dependencies.get(step.id)
+            known = dependencies.get(step_id)
             if known is not None:  # an id used twice (reported apart): one node, as in a graph
+                in_order = False
                 deps = [dep for dep in deps if dep not in known]
-                dependencies[step.id] = [*known, *deps]
-            else:  # the step's own cached list when nothing is left out
-                dependencies[step.id] = deps
             for dep in deps:
-                dependents.setdefault(dep, []).append(step.id)
-        # Lists grown by appending keep room to grow: a plan's worth of them, made to fit.
-        return cls(dependencies, {step_id: list(later) for step_id, later in dependents.items()})
+                if in_order and dep not in dependencies:  # (itself, or one further on)
+                    in_order = False
+                dependents.setdefault(dep, []).append(step_id)
+            # (the step's own cached list when nothing is left out)
+            dependencies[step_id] = deps if known is None else [*known, *deps]
+        # (The lists keep the room appending left: made to fit, a 100,000-step plan's
+        # would save 2 MB and cost 0.1 s.)
+        return cls(dependencies, dependents, in_order)
 
     def without(self, ended: Collection[str]) -> Edges:
         """These edges with the `ended` steps gone: their dependents wait only for the rest."""
@@ -165,6 +200,8 @@ class Edges:
 
     def is_acyclic(self) -> bool:
         """Whether no step waits for itself, directly or not (Kahn's algorithm)."""
+        if self.in_order:
+            return True
         waiting = {step_id: len(deps) for step_id, deps in self.dependencies.items()}
         ready = [step_id for step_id, count in waiting.items() if count == 0]
         done = 0

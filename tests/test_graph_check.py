@@ -16,12 +16,17 @@ IDS = [f"s{i}" for i in range(8)]
 
 @st.composite
 def steps(draw: st.DrawFn) -> list[Step]:
+    """Steps in any order, or (as plans mostly are) each after all it waits for."""
     count = draw(st.integers(1, len(IDS)))
+    in_order = draw(st.booleans())
     made = []
     repeated = draw(st.lists(st.sampled_from(IDS[:count]), max_size=2))  # reported apart
-    for step_id in IDS[:count] + repeated:
-        deps = draw(st.lists(st.sampled_from([*IDS, "outside"]), max_size=3, unique=True))
-        read = draw(st.sampled_from([None, *IDS[:count]]))
+    for index, step_id in enumerate(IDS[:count] + repeated):
+        earlier = IDS[: min(index, count)] if in_order else [*IDS, "outside"]
+        deps = draw(
+            st.lists(st.sampled_from(earlier), max_size=3, unique=True) if earlier else st.just([])
+        )
+        read = draw(st.sampled_from([None, *(earlier if in_order else IDS[:count])]))
         params = {"value": f"${{{{ steps.{read}.output }}}}"} if read else {}
         made.append(Step(id=step_id, tool="t.run", params=params, depends_on=deps))
     return made
@@ -34,6 +39,35 @@ def test_is_acyclic_agrees_with_networkx(plan_steps: list[Step]) -> None:
     """Self-references, references to steps outside the section, repeated references and
     repeated ids (one node, as in the graph) included."""
     assert is_acyclic(plan_steps) == nx.is_directed_acyclic_graph(build_graph(plan_steps))
+
+
+@settings(max_examples=300, deadline=None)
+@given(steps())
+def test_steps_in_order_are_found_so_and_give_the_edges_any_order_gives(
+    plan_steps: list[Step],
+) -> None:
+    """The edges of steps each listed after all it waits for are found in one pass, with
+    no set of every id; they are the edges the general pass finds, and only such steps are
+    taken as in order (which spares the cycle check)."""
+    seen: set[str] = set()
+    in_order = True
+    for step in plan_steps:
+        waits_for = set(step.depends_on) | {ref.split(".")[1] for ref in _reads(step)}
+        in_order = in_order and step.id not in seen and waits_for <= seen
+        seen.add(step.id)
+    edges, general = Edges.of(plan_steps), Edges._any_order(plan_steps)
+    assert edges.in_order is in_order
+    assert edges.dependencies == general.dependencies
+    assert {n: sorted(d) for n, d in edges.dependents.items()} == {
+        n: sorted(d) for n, d in general.dependents.items()
+    }
+    if in_order:
+        assert nx.is_directed_acyclic_graph(build_graph(plan_steps))
+
+
+def _reads(step: Step) -> list[str]:
+    value = step.params.get("value")
+    return [value.removeprefix("${{ ").removesuffix(" }}")] if value else []
 
 
 def test_a_step_reading_itself_is_a_cycle() -> None:

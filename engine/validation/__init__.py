@@ -245,11 +245,10 @@ class _Checker:
         elif "steps" in data and not data["steps"] and (self.planned or not plan.goal):
             self._empty(data)
         ids = step_ids(report, steps)
-        # Ids of steps that failed structural checks count too: no cascade of unknown-step.
-        main_ids = self.raw_ids.get("steps", set()) | {s.id for p, s in steps if p[0] == "steps"}
-        final_ids = self.raw_ids.get("finally", set()) | {
-            s.id for p, s in steps if p[0] == "finally"
-        }
+        # Every raw step's id (a step keeps its raw id): those of steps that failed their
+        # structural checks count too, so they cause no cascade of unknown-step.
+        main_ids = self.raw_ids.get("steps", set())
+        final_ids = self.raw_ids.get("finally", set())
         outputs = Outputs([step for _, step in steps], registry, plan.inputs)
         admission = Admission(registry, plan, granted, self.base_dir)
         # A grant that did not validate is reported at the grant, not again at each use.
