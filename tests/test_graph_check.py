@@ -49,10 +49,11 @@ def test_steps_in_order_are_found_so_and_give_the_edges_any_order_gives(
     """The edges of steps each listed after all it waits for are found in one pass, with
     no set of every id; they are the edges the general pass finds, and only such steps are
     taken as in order (which spares the cycle check)."""
+    ids = {step.id for step in plan_steps}  # (waiting for a step not among them: not at all)
     seen: set[str] = set()
     in_order = True
     for step in plan_steps:
-        waits_for = set(step.depends_on) | {ref.split(".")[1] for ref in _reads(step)}
+        waits_for = ids & ({*step.depends_on} | {ref.split(".")[1] for ref in _reads(step)})
         in_order = in_order and step.id not in seen and waits_for <= seen
         seen.add(step.id)
     edges, general = Edges.of(plan_steps), Edges._any_order(plan_steps)
