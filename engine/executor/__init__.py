@@ -203,7 +203,7 @@ class Executor:
         return RunResult(
             run_id=self.run_id,
             status=main,
-            steps={s.id: self.results.get(s.id) or StepResult() for s in self.plan.all_steps()},
+            steps={step_id: self.results.get(step_id) or StepResult() for step_id in self._steps},
             outputs=outputs,
             usage=self.spending.usage(self.sandbox.calls, self.llm),
             errors=[self.secrets.redact(error) for error in self.errors],

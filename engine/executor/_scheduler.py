@@ -131,6 +131,11 @@ class Scheduler(Generic[OutcomeT]):
         )
         return _WAITS
 
+    @property
+    def ended(self) -> bool:
+        """Whether every node has its outcome (none is running, none never started)."""
+        return len(self.outcomes) == len(self._waiting)
+
     # -- an open graph -------------------------------------------------------------------
 
     def add(self, node: str, deps: list[str]) -> None:
@@ -140,6 +145,8 @@ class Scheduler(Generic[OutcomeT]):
         self.edges.dependencies[node] = deps
         for dep in deps:
             self.edges.dependents.setdefault(dep, []).append(node)
+        # Counted whether it may start or not: every node has its count (see `ended`).
+        self._waiting[node] = count = sum(1 for dep in deps if dep not in self.outcomes)
         blocked = next(
             (d for d in deps if d in self.outcomes and self._blocks(self.outcomes[d])), None
         )
@@ -147,7 +154,6 @@ class Scheduler(Generic[OutcomeT]):
             if self.on_block == "continue":
                 self.outcomes[node] = self._skip(node, blocked)
             return
-        self._waiting[node] = count = sum(1 for dep in deps if dep not in self.outcomes)
         if count == 0:
             self._ready.append(node)
         self._done.put_nowait(None)
@@ -196,11 +202,11 @@ class Scheduler(Generic[OutcomeT]):
                     if later not in self.outcomes:
                         self.outcomes[later] = self._skip(later, node)
             return
+        outcomes = self.outcomes
         for successor in self.edges.dependents.get(node, ()):
-            if successor in self.outcomes:
-                continue
-            waiting[successor] -= 1
-            if waiting[successor] == 0:
+            count = waiting[successor] - 1
+            waiting[successor] = count
+            if count == 0 and successor not in outcomes:  # (not skipped already)
                 ready.append(successor)
 
     async def _track(self, node: str, rest: Waiting) -> None:

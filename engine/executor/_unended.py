@@ -22,6 +22,8 @@ def unended(
 ) -> Iterator[tuple[str, StepResult]]:
     """Each of `steps` that neither ran before the run (`before`) nor ended, with its
     result: `cancelled` if it was running, else `pending` with why it never started."""
+    if scheduler.ended:
+        return
     for step in steps:
         if step.id in before:
             continue
