@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal, NewType
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, model_validator
@@ -69,15 +70,22 @@ def compact(step: Step, raw: Any = None) -> None:
     fields = step.__dict__
     if raw is not None:
         params, depends_on = raw.get("params"), raw.get("depends_on")
-        if type(params) is dict and all(type(key) is str for key in params):
+        if type(params) is dict and _all_str(params):
             fields["params"] = params  # (dict[str, Any]: the same keys, the same values)
-        if type(depends_on) is list and all(type(name) is str for name in depends_on):
+        if type(depends_on) is list and _all_str(depends_on):
             fields["depends_on"] = depends_on
     fields["id"] = sys.intern(step.id)
     if step.tool is not None:
         fields["tool"] = sys.intern(step.tool)
     if step.depends_on:
         step.depends_on[:] = [sys.intern(name) for name in step.depends_on]
+
+
+def _all_str(items: Iterable[object]) -> bool:
+    for item in items:  # noqa: SIM110  # (not all() of a generator: a frame more per step)
+        if type(item) is not str:
+            return False
+    return True
 
 
 def _default_retry_on() -> list[Literal["error", "timeout"]]:

@@ -277,9 +277,12 @@ def _walk(context: Mapping[str, Any], path: Reference) -> Any:
 def _dict_attribute(parts: tuple[str | int, ...]) -> bool:
     """Whether a part of a path names an attribute of a dict (`items`)."""
     for part in parts:  # noqa: SIM110  # (not any() of a generator: a frame more per path)
-        if type(part) is str and hasattr(dict, part):
+        if part in _DICT_ATTRIBUTES:
             return True
     return False
+
+
+_DICT_ATTRIBUTES = frozenset(dir(dict))  # (what hasattr(dict, name) finds, looked up at once)
 
 
 def _split_path(expression: str) -> tuple[str, tuple[str | int, ...]]:
