@@ -17,6 +17,7 @@ if TYPE_CHECKING:  # networkx costs ~0.1 s to import: validation does without it
 __all__ = [
     "Edges",
     "build_graph",
+    "derived",
     "is_acyclic",
     "plan_edges",
     "step_dependencies",
@@ -32,7 +33,7 @@ def step_parsed(step: Step) -> Parsed:
     """Every template of a step, parsed once: its path, its text, and the parsed template
     (None when it does not parse; validation reports it). Kept with the step, so a large
     plan does not parse each template again for the graph and the run."""
-    cache = _cache(step)
+    cache = derived(step)
     parsed: Parsed | None = cache.get("_parsed")
     if parsed is None:
         parsed = cache["_parsed"] = tuple(
@@ -56,7 +57,7 @@ def _parsed(source: str) -> Template | None:
         return None
 
 
-def _cache(step: Step) -> dict[str, Any]:
+def derived(step: Step) -> dict[str, Any]:
     """What is derived from `step`, made on first use (see `Step`)."""
     cache = step.__pydantic_private__
     if cache is None:
@@ -90,7 +91,7 @@ def template_step_refs(template: Template) -> Iterator[str]:
 
 def step_dependencies(step: Step) -> list[str]:
     """`depends_on` plus every step the step's templates read, in first-seen order."""
-    cache = _cache(step)
+    cache = derived(step)
     known: list[str] | None = cache.get("_dependencies")
     if known is not None:
         return known

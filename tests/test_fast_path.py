@@ -23,11 +23,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capabilities import Registry, default_registry
+from engine._step_call import step_call
 from engine.app.sqlite_store import open_store
 from engine.errors import StepFailed
 from engine.events import Event, EventBus
 from engine.executor import Executor, RunSettings
-from engine.executor._fast import fast_call
 from engine.journal import Journal
 from engine.sandbox import LiveResults
 from engine.store import RunRecord
@@ -301,7 +301,7 @@ steps:
 """
     data, source = parse_recipe_text(text, "<paths>")
     plan = validate_plan(data, source, REGISTRY, base_dir=Path.cwd())
-    short = {step.id for step in plan.steps if fast_call(step) is not None}
+    short = {step.id for step in plan.steps if step_call(step) is not None}
     assert short == {"plain", "read", "timed", "once"}
     outputs = []
     for fast in (True, False):
@@ -314,3 +314,32 @@ steps:
     assert outputs[0] == outputs[1]
     assert outputs[0]["plain"] == {"a": [2, 3]}
     assert outputs[0]["read"] == [2, 3]
+
+
+def test_a_common_steps_call_is_found_at_validation_and_steps_of_one_shape_share_its_paths() -> (
+    None
+):
+    """Validation keeps each common step's call with the step (the run reads it, not the
+    step's fields); steps whose templates stand in the same places share where they go
+    and what is data among them."""
+    steps = [
+        {"id": f"s{i}", "tool": "t.echo", "params": {"value": f"${{{{ steps.s{i - 1}.output }}}}"}}
+        for i in range(1, 4)
+    ]
+    steps.insert(0, {"id": "s0", "tool": "t.echo", "params": {"value": "x-${{ 1 }}"}})
+    recipe = {"version": 1, "name": "shapes", "capabilities": {"t": {}}, "steps": steps}
+    data, source = parse_recipe_text(json.dumps(recipe), "<shapes>")
+    plan = validate_plan(data, source, REGISTRY, base_dir=Path.cwd())
+    assert all("_call" in (step.__pydantic_private__ or {}) for step in plan.steps)
+    calls = [step_call(step) for step in plan.steps]
+    assert all(call is not None for call in calls)
+    first, *alike = [call for call in calls if call is not None]
+    assert first.data_paths == frozenset()  # text around its template: the author's words
+    assert all(call.data_paths == {("value",)} for call in alike)
+    assert alike[0].wheres is alike[1].wheres is alike[2].wheres
+    assert alike[0].data_paths is alike[2].data_paths
+    assert [call.templates[0].source for call in alike] == [
+        "${{ steps.s0.output }}",
+        "${{ steps.s1.output }}",
+        "${{ steps.s2.output }}",
+    ]

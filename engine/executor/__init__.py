@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Literal, Unpack
 
 from engine._graph import Edges, plan_edges
+from engine._step_call import step_call
 from engine._support.clock import loop_clock, now
 from engine._support.gc import collector_paused, freeze_survivors, heap_frozen
 from engine._support.scope import enter_scope
@@ -26,7 +27,7 @@ from engine.errors import StepError, TemplateError
 from engine.executor._agent_steps import AgentSteps
 from engine.executor._attempts import Attempts, Sleep, Tally
 from engine.executor._compiled import CompiledAction, CompiledStep
-from engine.executor._fast import fast_call, once
+from engine.executor._fast import once
 from engine.executor._gates import RunGates, dry_skip
 from engine.executor._open import Growth
 from engine.executor._scheduler import Scheduler
@@ -332,12 +333,12 @@ class Executor:
 
     async def _run_step(self, step_id: str) -> StepResult:
         step = self._steps[step_id]
-        call = fast_call(step) if self._fast else None  # the common step's short path
+        call = step_call(step) if self._fast else None  # the common step's short path
         enter_scope(step_id)  # this step's task: what a cassette files its calls under
         self._started[step_id] = self._now()
         self.events.emit("step.started", step_id)
         if call is not None:
-            status, output, error = await once(self.attempts, step, call, self._context(step_id))
+            status, output, error = await once(self.attempts, step_id, call, self._context(step_id))
             return self._finish(step_id, StepResult.ended(status, output, error, 1))
         compiled = self._compiled[step_id] = CompiledStep(step)
         if self.sandbox.dry_run:
@@ -369,10 +370,8 @@ class Executor:
     # -- bookkeeping ---------------------------------------------------------------------
 
     def _context(self, step_id: str) -> dict[str, Any]:
-        """What a step's templates see (not to be changed: steps share it)."""
-        if step_id in self._final_ids:
-            return {**self._main_context, "run": self._run_view}
-        return self._main_context
+        main = self._main_context  # what a step's templates see (steps share it: unchanged)
+        return {**main, "run": self._run_view} if step_id in self._final_ids else main
 
     def _finish(self, step_id: str, result: StepResult, *, emit: bool = True) -> StepResult:
         usage = self.spending.step_usage(step_id, self.sandbox.step_calls.pop(step_id, 0))

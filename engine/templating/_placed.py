@@ -23,31 +23,38 @@ class Template(Protocol):
 
 
 def render_at(
-    value: Any, templates: Sequence[tuple[Path, Template]], context: Mapping[str, Any]
+    value: Any,
+    wheres: Sequence[Path],
+    templates: Sequence[Template],
+    context: Mapping[str, Any],
 ) -> Any:
-    """`value` (dicts and lists) with the template at each path evaluated: what
-    `compile_value(value).render(context)` gives. Each container on a template's path is
-    a new one; everything else is `value`'s own. The templates share one time budget,
-    unless each is a plain reference (walked, never evaluated by Jinja).
+    """`value` (dicts and lists) with each template evaluated and put at its path
+    (`templates[i]` at `wheres[i]`): what `compile_value(value).render(context)` gives. Each
+    container on a template's path is a new one; everything else is `value`'s own. The
+    templates share one time budget, unless each is a plain reference (walked, never
+    evaluated by Jinja).
 
     Raises:
         TemplateError: a template failed.
     """
     if not templates:
         return value
-    for _, template in templates:  # (a loop, not all() of a generator: a frame less)
+    for template in templates:  # (a loop, not all() of a generator: a frame less)
         if not template.is_path:
             with budget():
-                return _placed(value, templates, context)
-    return _placed(value, templates, context)
+                return _placed(value, wheres, templates, context)
+    return _placed(value, wheres, templates, context)
 
 
 def _placed(
-    value: Any, templates: Sequence[tuple[Path, Template]], context: Mapping[str, Any]
+    value: Any,
+    wheres: Sequence[Path],
+    templates: Sequence[Template],
+    context: Mapping[str, Any],
 ) -> Any:
     root = value.copy()
     copied = {id(root)}
-    for path, template in templates:
+    for path, template in zip(wheres, templates, strict=True):
         if len(path) == 1:  # (a key of the params themselves, the usual case)
             root[path[0]] = template.render(context)
             continue
