@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from engine._graph import Edges
+from engine._graph import Edges, step_dependencies
 from engine._step_call import step_call
 from engine._support.gc import collector_paused
 from engine.capability import Registry
@@ -263,7 +263,11 @@ class _Checker:
             later = final_ids if path[0] == "steps" else set()
             check_depends_on(report, path, step, visible, later)
             check_step_templates(report, path, step, plan, visible, later, outputs)
-            step_call(step)  # what a run of a common step reads, found while it is at hand
+            # Found while the step is at hand (on a large plan, passes over every step
+            # meet each one out of the cache): what a run reads of a common step, and the
+            # steps it waits for (the cycle check's edges, below).
+            step_call(step)
+            step_dependencies(step)
         for section in SECTIONS:
             section_steps = [(p, s) for p, s in steps if p[0] == section]
             edges = check_cycles(report, section_steps, ids)
