@@ -114,6 +114,9 @@ def ensure_valid(plan: Plan, registry: Registry, *, base_dir: Path) -> Plan:
         raise PlanValidationError(exc.diagnostics, f"{head}\n{report}") from None
 
 
+_BATCH = 256  # steps validated in one call, then made smaller while still in the cache
+
+
 @functools.cache
 def _step_list() -> TypeAdapter[list[Step]]:
     """Validates a section's steps in one call (made on first use: `planloom --help` and
@@ -186,23 +189,8 @@ class _Checker:
             if not isinstance(raw_steps, list):
                 report((section,), "bad-type", f"'{section}' must be a list of steps")
                 continue
-            try:  # all of them in one call: the usual case, and ~20% cheaper a step
-                made: list[Step] | None = _step_list().validate_python(raw_steps)
-            except ValidationError:  # each on its own, to report and salvage what it can
-                made = None
-            for index, raw in enumerate(raw_steps):
-                if made is not None:
-                    step = made[index]
-                else:
-                    try:
-                        step = Step.model_validate(raw)
-                    except ValidationError as exc:
-                        report_model_errors(report, exc, raw, (section, index))
-                        if (salvaged := _salvage_step(raw, exc)) is not None:
-                            partial.append(((section, index), salvaged))
-                        continue
-                compact(step, raw if self.owned else None)
-                steps.append(((section, index), step))
+            for start in range(0, len(raw_steps), _BATCH):
+                self._steps(section, start, raw_steps[start : start + _BATCH], steps, partial)
         if not isinstance(top, Plan):
             return None
         self._semantics(top, data, steps, partial)
@@ -213,6 +201,35 @@ class _Checker:
         plan = top.model_copy(update={"steps": main, "finally_": final})
         plan._edges = dict(self.edges)  # found among these very steps
         return plan
+
+    def _steps(
+        self,
+        section: str,
+        start: int,
+        batch: list[Any],
+        steps: list[tuple[NodePath, Step]],
+        partial: list[tuple[NodePath, Step]],
+    ) -> None:
+        """The steps of a batch of raw ones (from index `start`), each made smaller at once
+        (`compact`, while it is in the cache), or reported and salvaged."""
+        try:  # all of them in one call: the usual case, and ~20% cheaper a step
+            made: list[Step] | None = _step_list().validate_python(batch)
+        except ValidationError:  # each on its own, to report and salvage what it can
+            made = None
+        for offset, raw in enumerate(batch):
+            path = (section, start + offset)
+            if made is not None:
+                step = made[offset]
+            else:
+                try:
+                    step = Step.model_validate(raw)
+                except ValidationError as exc:
+                    report_model_errors(self.report, exc, raw, path)
+                    if (salvaged := _salvage_step(raw, exc)) is not None:
+                        partial.append((path, salvaged))
+                    continue
+            compact(step, raw if self.owned else None)
+            steps.append((path, step))
 
     def _model(self, model: type[BaseModel], raw: Any, path: NodePath) -> BaseModel | None:
         try:
