@@ -32,7 +32,8 @@ Parsed = tuple[tuple[tuple[str | int, ...], str, Template | None], ...]
 def step_parsed(step: Step) -> Parsed:
     """Every template of a step, parsed once: its path, its text, and the parsed template
     (None when it does not parse; validation reports it). Kept with the step, so a large
-    plan does not parse each template again for the graph and the run."""
+    plan does not parse each template again for the graph and the run (until a common
+    step's call holds them: `engine._step_call`)."""
     cache = derived(step)
     parsed: Parsed | None = cache.get("_parsed")
     if parsed is None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from engine._graph import derived, step_parsed
+from engine._graph import derived, step_dependencies, step_parsed
 from engine.model import Step
 from engine.templating import Template, render_at
 
@@ -70,11 +70,19 @@ Shape = tuple[tuple[Path, ...], frozenset[Path]]
 def step_call(step: Step) -> StepCall | None:
     """`step`'s call, or None if the step needs more than one (a `when`, a `for_each`, a
     fallback, a retry, an agent, a template that does not parse or stands for the whole
-    params). Found on first use and kept with the step."""
+    params). Found on first use and kept with the step.
+
+    The call holds the step's templates: once it is found (and the steps the templates
+    read), the step no longer keeps them parsed apart (`step_parsed` parses them again if
+    asked), which spares a plan of 100,000 common steps 11 MB.
+    """
     cache = derived(step)
     found = cache.get("_call", _NONE)
     if found is _NONE:
         found = cache["_call"] = _made(step)
+        if found is not None:
+            step_dependencies(step)  # (kept: found from the templates before they go)
+            del cache["_parsed"]
     return found  # type: ignore[no-any-return]
 
 

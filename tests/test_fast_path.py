@@ -23,6 +23,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from capabilities import Registry, default_registry
+from engine._graph import step_parsed
 from engine._step_call import step_call
 from engine.app.sqlite_store import open_store
 from engine.errors import StepFailed
@@ -331,6 +332,10 @@ def test_a_common_steps_call_is_found_at_validation_and_steps_of_one_shape_share
     data, source = parse_recipe_text(json.dumps(recipe), "<shapes>")
     plan = validate_plan(data, source, REGISTRY, base_dir=Path.cwd())
     assert all("_call" in (step.__pydantic_private__ or {}) for step in plan.steps)
+    # The call holds the templates: the step keeps them parsed no more, and parses them
+    # again if asked.
+    assert all("_parsed" not in (step.__pydantic_private__ or {}) for step in plan.steps)
+    assert [source for _, source, _ in step_parsed(plan.steps[1])] == ["${{ steps.s0.output }}"]
     calls = [step_call(step) for step in plan.steps]
     assert all(call is not None for call in calls)
     first, *alike = [call for call in calls if call is not None]
