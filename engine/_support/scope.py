@@ -57,7 +57,9 @@ def current_item() -> int | None:
     """The `for_each` item the running code belongs to, if any (what its events name, so
     that items' attempts, numbered within each item, are told apart)."""
     scope = _scope.get()
-    return item_of(scope) if scope is not None else None
+    if scope is None or scope[-1] != "]":  # (a whole step: no call to find out)
+        return None
+    return item_of(scope)
 
 
 def current_attempt() -> int | None:

@@ -388,11 +388,13 @@ class Executor:
         transcripts = self.agents.transcripts
         if transcripts and (transcript := transcripts.get(step_id)):
             result.transcript = self.secrets.redact_value(transcript)
-        if result.error:
+        fields = result.__dict__  # (read as a dict: a result's attributes are a step up)
+        status, error, attempts = fields["status"], fields["error"], fields["attempts"]
+        if error:
             # Errors quote params, argv and URLs: they leave the run, so no secrets in them.
-            result.error = self.secrets.redact(result.error)
+            result.error = error = self.secrets.redact(error)
         self.results[step_id] = result
-        if result.status in _NOT_DONE:  # (kept as they end: a run's end reads no result)
+        if status in _NOT_DONE:  # (kept as they end: a run's end reads no result)
             self._undone.add(step_id)
         elif self._undone:
             self._undone.discard(step_id)
@@ -401,18 +403,14 @@ class Executor:
         if len(self.results) % _SETTLE_EVERY == 0:
             freeze_survivors()  # the results so far: out of every later full collection
         self._view[step_id] = {
-            "output": result.output,
-            "status": result.status,
-            "error": result.error,
-            "attempts": result.attempts,
+            "output": fields["output"],
+            "status": status,
+            "error": error,
+            "attempts": attempts,
         }
         if emit:
             self.events.emit(
-                "step.finished",
-                step_id,
-                status=result.status,
-                attempts=result.attempts,
-                error=result.error,
+                "step.finished", step_id, status=status, attempts=attempts, error=error
             )
         return result
 
