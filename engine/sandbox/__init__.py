@@ -191,7 +191,7 @@ class Sandbox:
         Raises:
             CapabilityDenied: ungranted, unknown or malformed call.
         """
-        action = self.registry.get(name) or self.action(name)  # (which says why not)
+        action = self.registry.actions.get(name) or self.action(name)  # (which says why not)
         grant = self._grants.get(action.family)
         if grant is None:
             raise CapabilityDenied(
