@@ -13,7 +13,7 @@ from engine.errors import StepError
 from engine.model import AgentSpec, FallbackAction, RetryPolicy, Step
 from engine.templating import Template, ValueTemplate, compile_value, find_templates
 
-__all__ = ["CompiledAction", "CompiledStep", "retry_wait", "retryable", "shared_paths"]
+__all__ = ["CompiledAction", "CompiledStep", "retry_wait", "retryable"]
 
 
 @dataclass(slots=True)
@@ -44,7 +44,7 @@ class CompiledAction:
 def _data_paths(raw: Any) -> frozenset[tuple[str | int, ...]]:
     """Paths of the raw params whose text begins with a template: what a call finds there
     is data (a file name, a step's output), not text the recipe's author wrote."""
-    return shared_paths(
+    return _shared_paths(
         frozenset(path for path, text in find_templates(raw) if text.lstrip().startswith("${"))
     )
 
@@ -52,7 +52,7 @@ def _data_paths(raw: Any) -> frozenset[tuple[str | int, ...]]:
 def _params_paths(parsed: Parsed, prefix: tuple[str, ...]) -> frozenset[tuple[str | int, ...]]:
     """`_data_paths` of the params under `prefix` in a step, from its parsed templates."""
     at = len(prefix)
-    return shared_paths(
+    return _shared_paths(
         frozenset(
             path[at:]
             for path, text, _ in parsed
@@ -61,7 +61,7 @@ def _params_paths(parsed: Parsed, prefix: tuple[str, ...]) -> frozenset[tuple[st
     )
 
 
-def shared_paths(paths: frozenset[tuple[str | int, ...]]) -> frozenset[tuple[str | int, ...]]:
+def _shared_paths(paths: frozenset[tuple[str | int, ...]]) -> frozenset[tuple[str | int, ...]]:
     """Steps of one shape have the same paths: one set for all of them, not one per step."""
     return _PATHS.setdefault(paths, paths) if len(_PATHS) < 4096 else paths
 
