@@ -22,7 +22,7 @@ __all__ = ["StepCall", "step_call"]
 
 Path = tuple[str | int, ...]
 _EMPTY: frozenset[Any] = frozenset()
-_NONE = object()  # (a step found not to be common: None is kept for it)
+_NONE = object()  # (not looked for yet: a step found not to be common keeps None)
 
 
 class StepCall:
