@@ -76,14 +76,15 @@ def step_call(step: Step) -> StepCall | None:
     read), the step no longer keeps them parsed apart (`step_parsed` parses them again if
     asked), which spares a plan of 100,000 common steps 11 MB.
     """
-    cache = derived(step)
-    found = cache.get("_call", _NONE)
+    cache = step.__pydantic_private__  # (read here: a run asks once per step)
+    found = _NONE if cache is None else cache.get("_call", _NONE)
     if found is _NONE:
+        cache = derived(step)
         found = cache["_call"] = _made(step)
         if found is not None:
             step_dependencies(step)  # (kept: found from the templates before they go)
             del cache["_parsed"]
-    return found  # type: ignore[no-any-return]
+    return found  # type: ignore[return-value]
 
 
 def _made(step: Step) -> StepCall | None:

@@ -22,6 +22,7 @@ from engine._support.scope import enter_attempt
 from engine.errors import ApprovalDenied, ReplayMismatch, StepError, StepFailed
 from engine.executor._attempts import Attempts
 from engine.results import StepStatus
+from engine.templating import render_at
 
 __all__ = ["once"]
 
@@ -37,7 +38,7 @@ async def once(
     try:
         output = await attempts.sandbox.call(
             call.tool,
-            call.render(context),
+            render_at(call.params, call.wheres, call.templates, context),  # (`call.render`)
             step_id=step_id,
             confirm=call.confirm,
             timeout=call.timeout,

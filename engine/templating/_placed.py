@@ -53,11 +53,13 @@ def _placed(
     context: Mapping[str, Any],
 ) -> Any:
     root = value.copy()
-    copied = {id(root)}
+    copied: set[int] | None = None  # the containers copied so far (made when one is)
     for path, template in zip(wheres, templates, strict=True):
         if len(path) == 1:  # (a key of the params themselves, the usual case)
             root[path[0]] = template.render(context)
             continue
+        if copied is None:
+            copied = {id(root)}
         node = root
         for key in path[:-1]:
             child = node[key]
