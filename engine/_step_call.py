@@ -11,12 +11,11 @@ Steps of one shape share the paths of their templates and what is data among the
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, Literal
 
 from engine._graph import derived, step_dependencies, step_parsed
 from engine.model import Step
-from engine.templating import Template, render_at
+from engine.templating import Template
 
 __all__ = ["StepCall", "step_call"]
 
@@ -26,9 +25,9 @@ _NONE = object()  # (not looked for yet: a step found not to be common keeps Non
 
 
 class StepCall:
-    """A common step's call. `wheres[i]` is where in the params `templates[i]` goes;
-    `data_paths` and `data_literals` are what the sandbox is told of them
-    (`CallContext.data_paths`)."""
+    """A common step's call. `wheres[i]` is where in the params `templates[i]` goes
+    (`engine.templating.render_at` renders them); `data_paths` and `data_literals` are
+    what the sandbox is told of them (`CallContext.data_paths`)."""
 
     __slots__ = (
         "can_fail",
@@ -58,10 +57,6 @@ class StepCall:
         self.timeout = step.timeout
         self.idempotent = step.idempotent
         self.can_fail = step.can_fail
-
-    def render(self, context: Mapping[str, Any]) -> Any:
-        """The params with every template evaluated, as the general path renders them."""
-        return render_at(self.params, self.wheres, self.templates, context)
 
 
 Shape = tuple[tuple[Path, ...], frozenset[Path]]

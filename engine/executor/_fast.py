@@ -38,7 +38,7 @@ async def once(
     try:
         output = await attempts.sandbox.call(
             call.tool,
-            render_at(call.params, call.wheres, call.templates, context),  # (`call.render`)
+            render_at(call.params, call.wheres, call.templates, context),
             step_id=step_id,
             confirm=call.confirm,
             timeout=call.timeout,
