@@ -77,13 +77,9 @@ def start(coro: Coroutine[Any, Any, T], context: Context) -> tuple[T, None] | tu
     Raises:
         Whatever `coro` raised before it waited.
     """
+    context.run(_STARTED_AT_ONCE.set, True)  # (as_task's to see, in this context only)
     try:
-        waits_for = context.run(_first_turn, coro)
+        waits_for = context.run(coro.send, None)
     except StopIteration as ended:
         return ended.value, None
     return None, Waiting(coro, waits_for, context)
-
-
-def _first_turn(coro: Coroutine[Any, Any, Any]) -> Any:
-    _STARTED_AT_ONCE.set(True)
-    return coro.send(None)

@@ -232,7 +232,7 @@ class Sandbox:
         # recorded decision (a live call meets the live approver). A served call's rules
         # are not checked: a replay's machine may differ.
         served = self.results.serves(call)
-        if not served:
+        if not served and action.admit is not None:  # (most have no rules of their own)
             grant_rules(action, model, ctx)
         return Admitted(action, model, ctx, call, side_effects, served)
 
