@@ -141,6 +141,30 @@ def test_as_task_makes_a_started_coroutine_a_task_of_its_own_and_is_free_in_a_ta
     asyncio.run(main())
 
 
+def test_a_task_made_in_a_first_turn_is_a_task_of_its_own_for_as_task() -> None:
+    """A task the coroutine makes before it waits inherits its context: `as_task` in it
+    must not take it for the coroutine still in its starter's turn."""
+
+    async def child() -> str:
+        await as_task()  # a task already: nothing to do (a yield here would break it)
+        try:
+            async with asyncio.timeout(0.01):  # cancels this task, not the starter
+                await asyncio.Event().wait()
+        except TimeoutError:
+            return "child timed out"
+        return "never"
+
+    async def makes_a_task() -> asyncio.Task[str]:
+        return asyncio.get_running_loop().create_task(child())
+
+    async def main() -> str:
+        made, rest = await _started(makes_a_task())
+        assert rest is None
+        return await made
+
+    assert asyncio.run(main()) == "child timed out"
+
+
 # -- the executor ----------------------------------------------------------------------
 
 

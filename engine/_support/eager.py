@@ -16,6 +16,7 @@ is the starter's there. Code that needs the task it runs in to be its own (an
 
 from __future__ import annotations
 
+import asyncio
 import types
 from collections.abc import Coroutine, Generator
 from contextvars import Context, ContextVar
@@ -25,14 +26,17 @@ __all__ = ["Waiting", "as_task", "start"]
 
 T = TypeVar("T")
 
-_STARTED_AT_ONCE: ContextVar[bool] = ContextVar("planloom_started_at_once", default=False)
+# The task a coroutine was started in, until it is a task of its own. (A task it makes
+# meanwhile inherits the variable, and is told apart by being another task.)
+_STARTED_IN: ContextVar[asyncio.Task[Any] | None] = ContextVar("planloom_started_in", default=None)
 _TO_A_TASK = object()  # what `as_task` gives the starter: "make me a task now"
 
 
 @types.coroutine
 def as_task() -> Generator[Any, None, None]:
     """Make sure the running coroutine runs in a task of its own (see the module)."""
-    if _STARTED_AT_ONCE.get():
+    starter = _STARTED_IN.get()
+    if starter is not None and starter is asyncio.current_task():
         yield _TO_A_TASK
 
 
@@ -51,7 +55,7 @@ class Waiting:
     def rest(self) -> Generator[Any, Any, Any]:
         """The coroutine from where it stopped: what it waits for is passed up to the
         task, and what the task sends or throws back is passed down to it."""
-        _STARTED_AT_ONCE.set(False)
+        _STARTED_IN.set(None)
         coro, waits_for = self._coro, self._waits_for
         try:
             if waits_for is _TO_A_TASK:  # it is in a task now: it goes on at once
@@ -73,11 +77,12 @@ class Waiting:
 def start(coro: Coroutine[Any, Any, T], context: Context) -> tuple[T, None] | tuple[None, Waiting]:
     """Run `coro` in `context` until it ends or waits: `(value, None)` if it ended,
     `(None, waiting)` if it waits (run `waiting.rest()` as a task in `waiting.context`).
+    Called from a task (the one `coro` runs in until it is a task of its own).
 
     Raises:
         Whatever `coro` raised before it waited.
     """
-    context.run(_STARTED_AT_ONCE.set, True)  # (as_task's to see, in this context only)
+    context.run(_STARTED_IN.set, asyncio.current_task())  # (for as_task, in this context)
     try:
         waits_for = context.run(coro.send, None)
     except StopIteration as ended:
