@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from engine._graph import derived, step_dependencies, step_parsed
 from engine.model import Step
-from engine.templating import Template
+from engine.templating import Template, begins_with_template
 
 __all__ = ["StepCall", "step_call"]
 
@@ -102,7 +102,7 @@ def _made(step: Step) -> StepCall | None:
             return None
         paths.append(path)
         # (one whole template begins with one: its text need not be read again)
-        data.append(template.expression is not None or source.lstrip().startswith("${"))
+        data.append(template.expression is not None or begins_with_template(source))
         templates.append(template)
     return StepCall(step, tool, tuple(templates), _shape(tuple(paths), tuple(data)))
 

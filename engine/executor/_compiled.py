@@ -11,7 +11,13 @@ from tenacity import wait_exponential, wait_fixed
 from engine._graph import Parsed, step_parsed
 from engine.errors import StepError
 from engine.model import AgentSpec, FallbackAction, RetryPolicy, Step
-from engine.templating import Template, ValueTemplate, compile_value, find_templates
+from engine.templating import (
+    Template,
+    ValueTemplate,
+    begins_with_template,
+    compile_value,
+    find_templates,
+)
 
 __all__ = ["CompiledAction", "CompiledStep", "retry_wait", "retryable"]
 
@@ -45,7 +51,7 @@ def _data_paths(raw: Any) -> frozenset[tuple[str | int, ...]]:
     """Paths of the raw params whose text begins with a template: what a call finds there
     is data (a file name, a step's output), not text the recipe's author wrote."""
     return _shared_paths(
-        frozenset(path for path, text in find_templates(raw) if text.lstrip().startswith("${"))
+        frozenset(path for path, text in find_templates(raw) if begins_with_template(text))
     )
 
 
@@ -56,7 +62,7 @@ def _params_paths(parsed: Parsed, prefix: tuple[str, ...]) -> frozenset[tuple[st
         frozenset(
             path[at:]
             for path, text, _ in parsed
-            if path[:at] == prefix and text.lstrip().startswith("${")
+            if path[:at] == prefix and begins_with_template(text)
         )
     )
 

@@ -120,10 +120,8 @@ class Scheduler(Generic[OutcomeT]):
         context = contextvars.copy_context()
         try:
             value, rest = start(self._run(node), context)
-        except asyncio.CancelledError as exc:  # nobody can have cancelled it: it never waited
-            return self._crash(node, RuntimeError(f"stray CancelledError: {exc}"))
-        except Exception as exc:  # becomes this node's outcome, by design
-            return self._crash(node, exc)
+        except (Exception, asyncio.CancelledError) as exc:  # (nobody can have cancelled it)
+            return self._crashed(node, exc)
         if rest is None:
             return value
         self.running[node] = group.create_task(
@@ -216,9 +214,15 @@ class Scheduler(Generic[OutcomeT]):
             task = asyncio.current_task()
             if task is None or task.cancelling():
                 raise  # a real cancellation of this node
-            # Raised by the node's own code without anyone cancelling it: an outcome too,
-            # or the scheduler would wait for this node forever.
-            outcome = self._crash(node, RuntimeError(f"stray CancelledError: {exc}"))
-        except Exception as exc:  # becomes this node's outcome, by design
-            outcome = self._crash(node, exc)
+            outcome = self._crashed(node, exc)
+        except Exception as exc:
+            outcome = self._crashed(node, exc)
         self._done.put_nowait((node, outcome))
+
+    def _crashed(self, node: str, exc: Exception | asyncio.CancelledError) -> OutcomeT:
+        """What an exception from the node's own code makes of it: its outcome (through
+        `crash`), so it cannot tear down its siblings. A CancelledError it raised without
+        anyone cancelling it is an outcome too, or the scheduler would wait for it forever."""
+        if isinstance(exc, asyncio.CancelledError):
+            return self._crash(node, RuntimeError(f"stray CancelledError: {exc}"))
+        return self._crash(node, exc)

@@ -47,6 +47,7 @@ __all__ = [
     "Reference",
     "Template",
     "ValueTemplate",
+    "begins_with_template",
     "compile_value",
     "find_templates",
     "render_at",
@@ -167,7 +168,7 @@ class Template:
             root, parts = _split_path(expression)
             # Jinja prefers attributes over keys (`d.items` is the method): such a path is
             # left to it, so a walk never has to ask.
-            if root not in _NOT_NAMES and not _dict_attribute(parts):
+            if root not in _NOT_NAMES and _DICT_ATTRIBUTES.isdisjoint(parts):
                 path = (root, *parts)
                 return cls(source, expression, (path,), _path=path)
         tree = _parse(source)
@@ -272,14 +273,6 @@ def _walk(context: Mapping[str, Any], path: Reference) -> Any:
             continue
         return None if value is None else _MISS  # an attribute of null is null (_Sandbox)
     return value
-
-
-def _dict_attribute(parts: tuple[str | int, ...]) -> bool:
-    """Whether a part of a path names an attribute of a dict (`items`)."""
-    for part in parts:  # noqa: SIM110  # (not any() of a generator: a frame more per path)
-        if part in _DICT_ATTRIBUTES:
-            return True
-    return False
 
 
 _DICT_ATTRIBUTES = frozenset(dir(dict))  # (what hasattr(dict, name) finds, looked up at once)
@@ -415,6 +408,12 @@ def compile_value(value: Any, parsed: Mapping[str, Template] | None = None) -> V
     if renderer is None:
         return ValueTemplate(value, [], lambda ctx: value)
     return ValueTemplate(value, templates, renderer)
+
+
+def begins_with_template(text: str) -> bool:
+    """Whether `text` begins with a template (spaces aside): what a call finds in its place
+    is data (a file name, a step's output), not words the recipe's author wrote."""
+    return text.lstrip().startswith("${")
 
 
 def find_templates(
